@@ -1,0 +1,191 @@
+// kbox: command-line client of kboxd.
+//
+//   kbox eval --server URL --reference R.py --candidate C.py [--backend cpu|cuda|triton] [--json]
+//   kbox info --server URL [--json]
+//
+// Exit status: 0 when the server answered with a result (a wrong kernel is a
+// result, not a failure); 2 for usage errors and requests the server refused
+// as malformed (4xx); 3 when the server could not be reached or failed (5xx).
+
+#include <boost/program_options.hpp>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+
+#include <google/protobuf/util/json_util.h>
+
+#include "clients/http_client.h"
+#include "clients/result_summary.h"
+#include "kbox/v1/api.pb.h"
+#include "kbox/v1/evaluation.pb.h"
+
+namespace {
+
+namespace po = boost::program_options;
+using kbox::v1::EvaluateRequest;
+using kbox::v1::EvaluateResult;
+
+constexpr int kUsageError = 2;
+constexpr int kServerError = 3;
+// A job may take its run-stage limit plus a cold compile; wait long enough.
+constexpr auto kEvalTimeout = std::chrono::seconds(3600);
+constexpr auto kInfoTimeout = std::chrono::seconds(30);
+
+const char* kUsage =
+    "usage: kbox eval [--server URL] --reference R.py --candidate C.py [options]\n"
+    "       kbox info [--server URL] [--json]\n"
+    "The server URL defaults to $KBOX_SERVER, then http://127.0.0.1:8080.\n";
+
+int Usage(const std::string& message) {
+  std::cerr << "kbox: " << message << "\n" << kUsage;
+  return kUsageError;
+}
+
+bool ReadFile(const std::string& path, std::string& out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  std::ostringstream text;
+  text << in.rdbuf();
+  out = text.str();
+  return true;
+}
+
+std::string DefaultServer() {
+  const char* env = std::getenv("KBOX_SERVER");
+  return env && *env ? env : "http://127.0.0.1:8080";
+}
+
+// Prints the server's refusal; returns the exit status it deserves.
+int ReportHttpError(const kbox::HttpReply& reply) {
+  kbox::v1::ErrorResponse error;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = true;
+  if (google::protobuf::util::JsonStringToMessage(reply.body, &error, options).ok()) {
+    std::cerr << "kbox: server refused the request (" << reply.status << ")"
+              << (error.field().empty() ? "" : " [" + error.field() + "]") << ": "
+              << error.message() << "\n";
+  } else {
+    std::cerr << "kbox: server answered " << reply.status << ": " << reply.body << "\n";
+  }
+  return reply.status >= 500 ? kServerError : kUsageError;
+}
+
+std::string ToJson(const google::protobuf::Message& message) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
+  return out;
+}
+
+int Eval(const std::vector<std::string>& args) {
+  std::string server = DefaultServer(), reference, candidate, backend = "cpu", precision = "fp32";
+  unsigned trials = 0, time_limit = 0, perf_trials = 0;
+  int64_t seed = -1;
+  std::string request_id;
+  po::options_description desc("kbox eval options");
+  desc.add_options()("server", po::value(&server), "kboxd URL (default $KBOX_SERVER)")(
+      "reference", po::value(&reference), "reference .py (class Model, get_inputs, get_init_inputs)")(
+      "candidate", po::value(&candidate), "candidate .py (class ModelNew)")(
+      "backend", po::value(&backend), "cpu, cuda or triton (default cpu)")(
+      "precision", po::value(&precision), "fp32, fp16 or bf16 (default fp32)")(
+      "trials", po::value(&trials), "correctness trials (default: server's, 5)")(
+      "seed", po::value(&seed), "seed (default: drawn by the server)")(
+      "perf-trials", po::value(&perf_trials), "timed calls per model")(
+      "time-limit", po::value(&time_limit), "run-stage limit, seconds")(
+      "no-perf", "skip timing")("id", po::value(&request_id), "client request id")(
+      "json", "print the result as proto3 JSON");
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(args).options(desc).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    return Usage(e.what());
+  }
+  if (reference.empty() || candidate.empty()) return Usage("--reference and --candidate are required");
+
+  EvaluateRequest req;
+  if (!ReadFile(reference, *req.mutable_reference_source())) return Usage("cannot read " + reference);
+  if (!ReadFile(candidate, *req.mutable_candidate_source())) return Usage("cannot read " + candidate);
+  static const std::map<std::string, kbox::v1::Backend> kBackends = {
+      {"cpu", kbox::v1::BACKEND_CPU}, {"cuda", kbox::v1::BACKEND_CUDA},
+      {"triton", kbox::v1::BACKEND_TRITON}};
+  static const std::map<std::string, kbox::v1::Precision> kPrecisions = {
+      {"fp32", kbox::v1::PRECISION_FP32}, {"fp16", kbox::v1::PRECISION_FP16},
+      {"bf16", kbox::v1::PRECISION_BF16}};
+  if (!kBackends.contains(backend)) return Usage("unknown backend " + backend);
+  if (!kPrecisions.contains(precision)) return Usage("unknown precision " + precision);
+  req.set_backend(kBackends.at(backend));
+  req.set_precision(kPrecisions.at(precision));
+  req.set_correctness_trials(trials);
+  if (seed >= 0) req.set_seed(static_cast<uint64_t>(seed));
+  if (vm.count("no-perf")) req.set_measure_performance(false);
+  req.set_performance_trials(perf_trials);
+  req.set_time_limit_s(time_limit);
+  req.set_client_request_id(request_id);
+
+  auto url = kbox::ParseServerUrl(server);
+  if (!url) return Usage(url.error().message);
+  auto reply = kbox::HttpCall(*url, "POST", "/v1/evaluate", "application/x-protobuf",
+                              req.SerializeAsString(), kEvalTimeout);
+  if (!reply) {
+    std::cerr << "kbox: " << reply.error().message << "\n";
+    return kServerError;
+  }
+  if (reply->status != 200) return ReportHttpError(*reply);
+  EvaluateResult result;
+  if (!result.ParseFromString(reply->body)) {
+    std::cerr << "kbox: the server's answer is not an EvaluateResult\n";
+    return kServerError;
+  }
+  std::cout << (vm.count("json") ? ToJson(result) : kbox::SummarizeResult(result));
+  return 0;
+}
+
+int Info(const std::vector<std::string>& args) {
+  std::string server = DefaultServer();
+  po::options_description desc("kbox info options");
+  desc.add_options()("server", po::value(&server), "kboxd URL")("json", "print raw JSON");
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(args).options(desc).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    return Usage(e.what());
+  }
+  auto url = kbox::ParseServerUrl(server);
+  if (!url) return Usage(url.error().message);
+  auto reply = kbox::HttpCall(*url, "GET", "/v1/info", "", "", kInfoTimeout);
+  if (!reply) {
+    std::cerr << "kbox: " << reply.error().message << "\n";
+    return kServerError;
+  }
+  if (reply->status != 200) return ReportHttpError(*reply);
+  kbox::v1::InfoResponse info;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = true;
+  if (!google::protobuf::util::JsonStringToMessage(reply->body, &info, options).ok()) {
+    std::cerr << "kbox: the server's answer is not an InfoResponse\n";
+    return kServerError;
+  }
+  std::cout << ToJson(info) << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return Usage("missing command");
+  const std::string command = argv[1];
+  const std::vector<std::string> args(argv + 2, argv + argc);
+  if (command == "eval") return Eval(args);
+  if (command == "info") return Info(args);
+  if (command == "-h" || command == "--help" || command == "help") {
+    std::cout << kUsage;
+    return 0;
+  }
+  return Usage("unknown command " + command);
+}

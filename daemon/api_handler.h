@@ -1,0 +1,53 @@
+#pragma once
+
+// Routes kboxd's HTTP API: GET /healthz, GET /v1/info, GET /metrics and
+// POST /v1/evaluate. Every non-2xx answer carries an ErrorResponse naming the
+// offending field. Evaluation runs on the job thread pool, never on an I/O
+// thread, and at most max_in_flight_jobs at once (more get 503 + Retry-After).
+
+#include <atomic>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <boost/beast/http.hpp>
+
+#include "daemon/evaluator.h"
+#include "daemon/message_codec.h"
+#include "daemon/metrics.h"
+#include "kbox/v1/config.pb.h"
+#include "policy/request_policy.h"
+
+namespace kbox {
+
+using HttpRequest = boost::beast::http::request<boost::beast::http::string_body>;
+using HttpResponse = boost::beast::http::response<boost::beast::http::string_body>;
+
+class ApiHandler {
+ public:
+  ApiHandler(const v1::DaemonConfig& config, RequestPolicy policy, Evaluator& evaluator,
+             Metrics& metrics, boost::asio::thread_pool& job_pool);
+
+  boost::asio::awaitable<HttpResponse> Handle(HttpRequest request);
+
+  // An error response in `encoding` (used by the server for malformed HTTP).
+  HttpResponse Error(boost::beast::http::status status, const std::string& field,
+                     const std::string& message, Encoding encoding = Encoding::kJson) const;
+
+  uint32_t jobs_in_flight() const { return in_flight_.load(); }
+
+ private:
+  boost::asio::awaitable<HttpResponse> Evaluate(const HttpRequest& request);
+  HttpResponse Info() const;
+  HttpResponse Reply(boost::beast::http::status status, const google::protobuf::Message& body,
+                     Encoding encoding) const;
+  bool TryAdmit();
+
+  const v1::DaemonConfig& config_;
+  RequestPolicy policy_;
+  Evaluator& evaluator_;
+  Metrics& metrics_;
+  boost::asio::thread_pool& job_pool_;
+  std::atomic<uint32_t> in_flight_{0};
+};
+
+}  // namespace kbox

@@ -1,0 +1,164 @@
+#include "daemon/config_loader.h"
+
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
+#include <unistd.h>
+
+#include <boost/program_options.hpp>
+#include <filesystem>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+namespace kbox {
+namespace po = boost::program_options;
+
+namespace {
+
+constexpr uint64_t kMiB = 1ull << 20;
+
+// Collects the text-format parser's complaints into one message.
+class CollectingErrors : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, int column, const std::string& message) override {
+    if (text.empty()) text = "line " + std::to_string(line + 1) + ":" +
+                             std::to_string(column + 1) + ": " + message;
+  }
+  std::string text;
+};
+
+}  // namespace
+
+boost::system::result<v1::DaemonConfig, FieldError> ParseConfigText(const std::string& text) {
+  v1::DaemonConfig config;
+  google::protobuf::TextFormat::Parser parser;
+  CollectingErrors errors;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(text, &config)) {
+    return FieldError{"config", errors.text.empty() ? "cannot parse" : errors.text};
+  }
+  return config;
+}
+
+boost::system::result<v1::DaemonConfig, FieldError> ApplyConfigDefaults(v1::DaemonConfig c,
+                                                                        unsigned cores) {
+  if (cores == 0) cores = 1;
+  if (c.listen().empty()) c.set_listen("127.0.0.1:8080");
+  if (c.python().empty()) c.set_python("/usr/bin/python3");
+  if (c.work_dir().empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    c.set_work_dir(std::string(tmp && *tmp ? tmp : "/tmp") + "/kbox-" +
+                   std::to_string(::getpid()));
+  }
+  if (c.max_body_bytes() == 0) c.set_max_body_bytes(4 * kMiB);
+  if (c.max_source_bytes() == 0) c.set_max_source_bytes(1 * kMiB);
+  if (c.read_timeout_s() == 0) c.set_read_timeout_s(30);
+  if (c.write_timeout_s() == 0) c.set_write_timeout_s(30);
+  if (c.max_in_flight_jobs() == 0) c.set_max_in_flight_jobs(64);
+  if (c.io_threads() == 0) c.set_io_threads(2);
+  if (c.compile_workers() == 0) c.set_compile_workers(cores);
+  if (c.cpu_run_slots() == 0) c.set_cpu_run_slots(1);
+  if (c.compile_time_limit_s() == 0) c.set_compile_time_limit_s(300);
+  if (c.default_time_limit_s() == 0) c.set_default_time_limit_s(120);
+  if (c.max_time_limit_s() == 0) c.set_max_time_limit_s(900);
+  if (c.max_correctness_trials() == 0) c.set_max_correctness_trials(100);
+  if (c.default_performance_trials() == 0) c.set_default_performance_trials(20);
+  if (c.max_performance_trials() == 0) c.set_max_performance_trials(1000);
+  if (c.warmup_calls() == 0) c.set_warmup_calls(3);
+  if (c.max_output_bytes() == 0) c.set_max_output_bytes(8 * kMiB);
+  if (c.max_log_bytes() == 0) c.set_max_log_bytes(16 << 10);
+
+  if (c.max_body_bytes() > 64 * kMiB) return FieldError{"max_body_bytes", "must be at most 64 MiB"};
+  if (c.max_source_bytes() > c.max_body_bytes()) {
+    return FieldError{"max_source_bytes", "must not exceed max_body_bytes"};
+  }
+  if (c.python().front() != '/') return FieldError{"python", "must be an absolute path"};
+  if (c.max_in_flight_jobs() > 4096) return FieldError{"max_in_flight_jobs", "must be at most 4096"};
+  if (c.io_threads() > 64) return FieldError{"io_threads", "must be at most 64"};
+  if (c.compile_workers() > 256) return FieldError{"compile_workers", "must be at most 256"};
+  if (c.cpu_run_slots() > 256) return FieldError{"cpu_run_slots", "must be at most 256"};
+  if (c.default_time_limit_s() > c.max_time_limit_s()) {
+    return FieldError{"default_time_limit_s", "must not exceed max_time_limit_s"};
+  }
+  if (c.default_performance_trials() > c.max_performance_trials()) {
+    return FieldError{"default_performance_trials", "must not exceed max_performance_trials"};
+  }
+  if (c.max_correctness_trials() > 10'000) {
+    return FieldError{"max_correctness_trials", "must be at most 10000"};
+  }
+  if (c.max_log_bytes() > 1 << 20) return FieldError{"max_log_bytes", "must be at most 1 MiB"};
+  for (const auto& b : c.backends()) {
+    if (b != "cpu" && b != "cuda" && b != "triton") {
+      return FieldError{"backends", "unknown backend '" + b + "' (cpu, cuda, triton)"};
+    }
+  }
+  return c;
+}
+
+boost::system::result<CommandLine, FieldError> ParseCommandLine(int argc,
+                                                                const char* const* argv) {
+  std::string config_path, listen, python, work_dir, harness_dir;
+  unsigned cpu_slots = 0, compile_workers = 0, max_in_flight = 0;
+  std::vector<unsigned> gpus;
+  std::vector<std::string> backends;
+  po::options_description desc("kboxd: the kbox evaluation daemon\n\nOptions");
+  desc.add_options()("help,h", "print this help")(
+      "config", po::value(&config_path), "text-format DaemonConfig file (proto/kbox/v1/config.proto)")(
+      "listen", po::value(&listen), "HOST:PORT to listen on; port 0 picks a free port")(
+      "python", po::value(&python), "Python interpreter of the workers")(
+      "work-dir", po::value(&work_dir), "directory for per-job working directories")(
+      "harness-dir", po::value(&harness_dir), "directory of the evaluation harness")(
+      "keep-job-dirs", "keep job directories after the result is sent")(
+      "cpu-run-slots", po::value(&cpu_slots), "CPU-backend run stages at once")(
+      "compile-workers", po::value(&compile_workers), "compile stages at once")(
+      "max-in-flight-jobs", po::value(&max_in_flight), "jobs accepted at once")(
+      "gpu", po::value(&gpus)->multitoken(), "GPU index to use (repeatable); default: all")(
+      "backend", po::value(&backends)->multitoken(), "backend to serve (repeatable)");
+
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(argc, argv).options(desc).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    return FieldError{"flags", e.what()};
+  }
+  CommandLine cl;
+  std::ostringstream help;
+  help << desc;
+  cl.help_text = help.str();
+  if (vm.count("help")) {
+    cl.show_help = true;
+    return cl;
+  }
+  if (!config_path.empty()) {
+    std::ifstream in(config_path);
+    if (!in) return FieldError{"--config", "cannot read " + config_path};
+    std::ostringstream text;
+    text << in.rdbuf();
+    auto parsed = ParseConfigText(text.str());
+    if (!parsed) {
+      return FieldError{config_path + ": " + parsed.error().field, parsed.error().message};
+    }
+    cl.config = *parsed;
+  }
+  v1::DaemonConfig& c = cl.config;
+  if (!listen.empty()) c.set_listen(listen);
+  if (!python.empty()) c.set_python(python);
+  if (!work_dir.empty()) c.set_work_dir(std::filesystem::absolute(work_dir).string());
+  if (!harness_dir.empty()) c.set_harness_dir(std::filesystem::absolute(harness_dir).string());
+  if (vm.count("keep-job-dirs")) c.set_keep_job_dirs(true);
+  if (cpu_slots) c.set_cpu_run_slots(cpu_slots);
+  if (compile_workers) c.set_compile_workers(compile_workers);
+  if (max_in_flight) c.set_max_in_flight_jobs(max_in_flight);
+  if (!gpus.empty()) {
+    c.clear_gpus();
+    for (unsigned g : gpus) c.add_gpus(g);
+  }
+  if (!backends.empty()) {
+    c.clear_backends();
+    for (const auto& b : backends) c.add_backends(b);
+  }
+  return cl;
+}
+
+}  // namespace kbox

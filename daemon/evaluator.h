@@ -1,0 +1,57 @@
+#pragma once
+
+// The life of one job: workspace → compile stage (on a compile worker, never
+// holding a device) → wait for a device slot → run stage → result. Blocking;
+// kboxd calls it on its job thread pool.
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "daemon/host_probe.h"
+#include "daemon/metrics.h"
+#include "daemon/slot_pool.h"
+#include "kbox/v1/config.pb.h"
+#include "kbox/v1/evaluation.pb.h"
+#include "worker/stage_runner.h"
+
+namespace kbox {
+
+class Evaluator {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // `gpus` are the GPU indices run stages of GPU backends may use.
+  Evaluator(const v1::DaemonConfig& config, HostInfo host, std::vector<uint32_t> gpus,
+            Metrics& metrics);
+
+  // Runs one job whose request already passed RequestPolicy. Never throws for
+  // anything a candidate does; kbox's own failures come back as INFRA_ERROR.
+  v1::EvaluateResult Evaluate(const v1::EvaluateRequest& request,
+                              const v1::EffectiveSettings& settings, Clock::time_point received);
+
+  const HostInfo& host() const { return host_; }
+  const SlotPool& gpu_slots() const { return gpu_slots_; }
+
+ private:
+  v1::StageSpec MakeSpec(const JobWorkspace& ws, const v1::EffectiveSettings& settings,
+                         v1::Stage stage) const;
+  void RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSettings& settings,
+              v1::EvaluateResult& result);
+  std::string NextJobId();
+
+  const v1::DaemonConfig& config_;
+  HostInfo host_;
+  Metrics& metrics_;
+  StageRunner runner_;
+  SlotPool compile_slots_;
+  SlotPool cpu_slots_;
+  SlotPool gpu_slots_;
+  std::string cuda_arch_list_;  // TORCH_CUDA_ARCH_LIST covering every GPU in use.
+  std::atomic<uint64_t> job_counter_{0};
+  std::string job_id_prefix_;
+};
+
+}  // namespace kbox

@@ -1,0 +1,136 @@
+#include "daemon/http_server.h"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+namespace kbox {
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using asio::ip::tcp;
+
+namespace {
+
+constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
+// After refusing an oversized request, how long to keep reading (and
+// discarding) what the client still sends, so it sees our answer rather than
+// a connection reset.
+constexpr auto kDiscardWindow = std::chrono::seconds(2);
+
+struct Refusal {
+  http::status status;
+  std::string field;
+  std::string message;
+};
+
+// A read error that deserves an answer rather than a silent close.
+std::optional<Refusal> RefusalFor(const beast::error_code& ec, const ServerLimits& limits) {
+  if (ec == http::error::body_limit) {
+    return Refusal{http::status::payload_too_large, "body",
+                   "request body exceeds the limit of " + std::to_string(limits.max_body_bytes) +
+                       " bytes"};
+  }
+  if (ec == http::error::header_limit) {
+    return Refusal{http::status::request_header_fields_too_large, "headers",
+                   "request headers exceed " + std::to_string(limits.max_header_bytes) + " bytes"};
+  }
+  if (ec.category() == http::make_error_code(http::error::bad_method).category()) {
+    return Refusal{http::status::bad_request, "request", "malformed HTTP request: " + ec.message()};
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+HttpServer::HttpServer(asio::io_context& io, ApiHandler& handler, ServerLimits limits)
+    : io_(io), handler_(handler), limits_(limits), acceptor_(io) {}
+
+boost::system::result<tcp::endpoint, std::string> HttpServer::Start(const std::string& host_port) {
+  const auto colon = host_port.rfind(':');
+  if (colon == std::string::npos) return "listen address must be HOST:PORT, got " + host_port;
+  std::string host = host_port.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  unsigned long port = 0;
+  try {
+    size_t used = 0;
+    port = std::stoul(host_port.substr(colon + 1), &used);
+    if (used != host_port.size() - colon - 1 || port > 65535) throw std::out_of_range("port");
+  } catch (const std::exception&) {
+    return "invalid port in " + host_port;
+  }
+  beast::error_code ec;
+  const auto address = asio::ip::make_address(host.empty() ? "0.0.0.0" : host, ec);
+  if (ec) return "invalid listen address " + host + ": " + ec.message();
+  const tcp::endpoint endpoint(address, static_cast<unsigned short>(port));
+  acceptor_.open(endpoint.protocol(), ec);
+  if (!ec) acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor_.bind(endpoint, ec);
+  if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return "cannot listen on " + host_port + ": " + ec.message();
+  asio::co_spawn(io_, AcceptLoop(), asio::detached);
+  return acceptor_.local_endpoint();
+}
+
+void HttpServer::Stop() {
+  beast::error_code ec;
+  acceptor_.close(ec);
+}
+
+asio::awaitable<void> HttpServer::AcceptLoop() {
+  while (acceptor_.is_open()) {
+    auto [ec, socket] = co_await acceptor_.async_accept(kUseTuple);
+    if (ec) {
+      if (ec == asio::error::operation_aborted) co_return;
+      continue;  // EMFILE and friends: keep serving the connections we have.
+    }
+    asio::co_spawn(io_, Session(std::move(socket)), asio::detached);
+  }
+}
+
+asio::awaitable<void> HttpServer::Session(tcp::socket socket) {
+  beast::tcp_stream stream(std::move(socket));
+  beast::flat_buffer buffer;
+  for (;;) {
+    http::request_parser<http::string_body> parser;
+    parser.header_limit(limits_.max_header_bytes);
+    parser.body_limit(limits_.max_body_bytes);
+    stream.expires_after(limits_.read_timeout);
+    auto [read_ec, bytes] = co_await http::async_read(stream, buffer, parser, kUseTuple);
+    (void)bytes;
+    if (read_ec) {
+      if (auto refusal = RefusalFor(read_ec, limits_)) {
+        auto res = handler_.Error(refusal->status, refusal->field, refusal->message);
+        res.keep_alive(false);
+        stream.expires_after(limits_.write_timeout);
+        co_await http::async_write(stream, res, kUseTuple);
+        beast::error_code ignored;
+        stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+        // Swallow the rest of the upload for a moment so the client reads
+        // our answer instead of a reset.
+        stream.expires_after(kDiscardWindow);
+        for (;;) {
+          buffer.clear();
+          auto [ec, n] = co_await stream.async_read_some(buffer.prepare(64 * 1024), kUseTuple);
+          if (ec || n == 0) break;
+        }
+      }
+      break;  // Timeout, reset or clean end of stream: just close.
+    }
+    stream.expires_never();  // The job has its own limits.
+    HttpResponse res = co_await handler_.Handle(parser.release());
+    stream.expires_after(limits_.write_timeout);
+    auto [write_ec, written] = co_await http::async_write(stream, res, kUseTuple);
+    (void)written;
+    if (write_ec || !res.keep_alive()) break;
+  }
+  beast::error_code ignored;
+  stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+}
+
+}  // namespace kbox

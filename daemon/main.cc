@@ -1,0 +1,174 @@
+// kboxd: wires configuration, the host probe, the evaluator and the HTTP
+// server together. Everything with behaviour lives in the libraries.
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <filesystem>
+#include <iostream>
+#include <thread>
+
+#include "daemon/api_handler.h"
+#include "daemon/config_loader.h"
+#include "daemon/evaluator.h"
+#include "daemon/host_probe.h"
+#include "daemon/http_server.h"
+#include "daemon/metrics.h"
+#include "daemon/version.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace asio = boost::asio;
+
+// How long SIGTERM waits for running jobs before exiting anyway.
+constexpr auto kDrainDeadline = std::chrono::seconds(60);
+
+int Fail(const std::string& message) {
+  std::cerr << "kboxd: " << message << std::endl;
+  return 2;
+}
+
+// Child processes inherit fds 0-2 as /dev/null or pipes; make sure they exist
+// so no pipe kboxd opens is ever numbered 0, 1 or 2.
+void EnsureStandardFds() {
+  for (int fd = 0; fd < 3; ++fd) {
+    if (::fcntl(fd, F_GETFD) < 0) ::open("/dev/null", O_RDWR);
+  }
+}
+
+std::string DefaultHarnessDir(const char* argv0) {
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  const fs::path base = ec ? fs::absolute(argv0).parent_path() : exe.parent_path();
+  for (const fs::path& candidate : {base / "../share/kbox/harness", base / "../../worker/harness"}) {
+    if (fs::exists(candidate / "kbox_stage.py", ec)) return fs::canonical(candidate, ec).string();
+  }
+  return KBOX_SOURCE_HARNESS_DIR;
+}
+
+std::vector<kbox::v1::Backend> ServedBackends(const kbox::v1::DaemonConfig& config,
+                                              const kbox::HostInfo& host, bool have_gpus) {
+  std::vector<kbox::v1::Backend> out;
+  if (config.backends().empty()) {
+    out.push_back(kbox::v1::BACKEND_CPU);
+    if (have_gpus) out.push_back(kbox::v1::BACKEND_CUDA);
+    if (have_gpus && !host.probe.triton_version().empty()) out.push_back(kbox::v1::BACKEND_TRITON);
+    return out;
+  }
+  for (const auto& name : config.backends()) {
+    out.push_back(name == "cuda"     ? kbox::v1::BACKEND_CUDA
+                  : name == "triton" ? kbox::v1::BACKEND_TRITON
+                                     : kbox::v1::BACKEND_CPU);
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  EnsureStandardFds();
+  ::signal(SIGPIPE, SIG_IGN);
+
+  auto cl = kbox::ParseCommandLine(argc, argv);
+  if (!cl) return Fail(cl.error().field + ": " + cl.error().message);
+  if (cl->show_help) {
+    std::cout << cl->help_text;
+    return 0;
+  }
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  auto resolved = kbox::ApplyConfigDefaults(cl->config, cores);
+  if (!resolved) return Fail("config " + resolved.error().field + ": " + resolved.error().message);
+  kbox::v1::DaemonConfig config = *resolved;
+  if (config.harness_dir().empty()) config.set_harness_dir(DefaultHarnessDir(argv[0]));
+
+  std::error_code ec;
+  fs::create_directories(config.work_dir(), ec);
+  if (ec) return Fail("cannot create work_dir " + config.work_dir() + ": " + ec.message());
+
+  kbox::HarnessSettings harness{.python = config.python(), .harness_dir = config.harness_dir()};
+  std::cerr << "kboxd: probing worker interpreter " << config.python() << std::endl;
+  auto host = kbox::ProbeHost(harness);
+  if (!host) return Fail(host.error());
+
+  std::vector<uint32_t> gpus(config.gpus().begin(), config.gpus().end());
+  if (gpus.empty()) {
+    for (const auto& g : host->probe.gpus()) gpus.push_back(g.index());
+  }
+  for (uint32_t g : gpus) {
+    const auto& seen = host->probe.gpus();
+    if (std::none_of(seen.begin(), seen.end(), [g](const auto& info) { return info.index() == g; })) {
+      return Fail("config gpus: GPU " + std::to_string(g) + " is not visible to the workers");
+    }
+  }
+  const auto backends = ServedBackends(config, *host, !gpus.empty());
+  for (auto b : backends) {
+    if (b != kbox::v1::BACKEND_CPU && gpus.empty()) {
+      return Fail("config backends: " + kbox::v1::Backend_Name(b) + " needs a GPU; none found");
+    }
+  }
+
+  kbox::RequestLimits limits{.max_source_bytes = config.max_source_bytes(),
+                             .default_correctness_trials = 5,
+                             .max_correctness_trials = config.max_correctness_trials(),
+                             .default_performance_trials = config.default_performance_trials(),
+                             .max_performance_trials = config.max_performance_trials(),
+                             .default_time_limit_s = config.default_time_limit_s(),
+                             .max_time_limit_s = config.max_time_limit_s(),
+                             .backends = backends};
+
+  kbox::Metrics metrics;
+  kbox::Evaluator evaluator(config, *host, gpus, metrics);
+  asio::thread_pool job_pool(config.max_in_flight_jobs());
+  kbox::ApiHandler handler(config, kbox::RequestPolicy(limits), evaluator, metrics, job_pool);
+
+  asio::io_context io;
+  kbox::HttpServer server(io, handler,
+                          kbox::ServerLimits{.max_body_bytes = config.max_body_bytes(),
+                                             .read_timeout = std::chrono::seconds(config.read_timeout_s()),
+                                             .write_timeout = std::chrono::seconds(config.write_timeout_s())});
+  auto endpoint = server.Start(config.listen());
+  if (!endpoint) return Fail(endpoint.error());
+
+  asio::signal_set signals(io, SIGINT, SIGTERM);
+  signals.async_wait([&](const boost::system::error_code& error, int) {
+    if (error) return;
+    std::cerr << "kboxd: stopping; waiting for " << handler.jobs_in_flight() << " jobs" << std::endl;
+    server.Stop();
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+          asio::steady_timer timer(io);
+          const auto deadline = std::chrono::steady_clock::now() + kDrainDeadline;
+          while (handler.jobs_in_flight() > 0 && std::chrono::steady_clock::now() < deadline) {
+            timer.expires_after(std::chrono::milliseconds(100));
+            co_await timer.async_wait(asio::use_awaitable);
+          }
+          io.stop();
+        },
+        asio::detached);
+  });
+
+  std::string backend_names;
+  for (auto b : backends) backend_names += " " + kbox::v1::Backend_Name(b);
+  std::cout << "kboxd " << kbox::kVersion << " listening on http://" << endpoint->address().to_string()
+            << ":" << endpoint->port() << std::endl;
+  std::cerr << "kboxd: backends" << backend_names << "; gpus " << gpus.size() << "; work_dir "
+            << config.work_dir() << "; harness " << config.harness_dir() << std::endl;
+
+  std::vector<std::thread> io_threads;
+  for (uint32_t i = 1; i < config.io_threads(); ++i) io_threads.emplace_back([&] { io.run(); });
+  io.run();
+  for (auto& t : io_threads) t.join();
+  job_pool.stop();
+  job_pool.join();
+  fs::remove_all(fs::path(config.work_dir()) / "jobs", ec);
+  return 0;
+}

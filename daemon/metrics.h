@@ -1,0 +1,41 @@
+#pragma once
+
+// kboxd's Prometheus metrics, declared in one place. Label values come from
+// closed sets only (backend and status enum names, HTTP status classes).
+
+#include <memory>
+#include <string>
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include "kbox/v1/evaluation.pb.h"
+
+namespace kbox {
+
+class Metrics {
+ public:
+  Metrics();
+
+  // Counts a finished job and observes its phase durations.
+  void RecordJob(const v1::EvaluateResult& result);
+  // Counts an HTTP response by its status code class ("2xx", "4xx", ...).
+  void RecordResponse(unsigned status_code);
+  // Jobs accepted and not finished.
+  void SetJobsInFlight(double value) { jobs_in_flight_.Set(value); }
+
+  // The text exposition format for GET /metrics.
+  std::string Serialize() const;
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Counter>& jobs_total_;
+  prometheus::Family<prometheus::Histogram>& phase_seconds_;
+  prometheus::Family<prometheus::Counter>& responses_total_;
+  prometheus::Gauge& jobs_in_flight_;
+};
+
+}  // namespace kbox

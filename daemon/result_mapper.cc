@@ -1,0 +1,233 @@
+#include "daemon/result_mapper.h"
+
+#include <string_view>
+
+namespace kbox {
+namespace {
+
+using v1::EvaluateResult;
+using v1::StageReport;
+
+void Set(EvaluateResult& r, v1::Status status, std::string message) {
+  r.set_status(status);
+  r.set_message(std::move(message));
+}
+
+void SetError(EvaluateResult& r, v1::Phase phase, const std::string& type,
+              const std::string& message) {
+  auto* e = r.mutable_runtime_error();
+  e->set_type(type);
+  e->set_message(message);
+  e->set_phase(phase);
+}
+
+// A stage that ended without a usable report: attribute it to the party whose
+// code was running.
+void ApplyAbnormalEnd(const StageOutcome& s, v1::Phase phase, EvaluateResult& r) {
+  const ProcessOutcome& p = s.process;
+  const std::string stage = phase == v1::PHASE_COMPILE ? "compile stage" : "run stage";
+  const std::string how = DescribeEnd(p);
+  const bool candidate = s.last_party == v1::CANDIDATE;
+  const bool reference = s.last_party == v1::REFERENCE;
+
+  if (p.end == ProcessOutcome::End::kSpawnFailed) {
+    Set(r, v1::INFRA_ERROR, stage + " could not be started: " + p.spawn_error);
+    return;
+  }
+  if (p.end == ProcessOutcome::End::kTimedOut) {
+    const std::string msg =
+        stage + " ran past its wall-clock limit (" + std::to_string(static_cast<int>(p.wall_ms / 1000)) +
+        " s); every process of the job was killed";
+    if (candidate) {
+      Set(r, v1::TIMEOUT, msg + " while running candidate code");
+      SetError(r, phase, "Timeout", msg);
+    } else if (reference) {
+      Set(r, v1::REFERENCE_ERROR, msg + " while running the reference");
+      SetError(r, phase, "Timeout", msg);
+    } else {
+      Set(r, v1::INFRA_ERROR, msg + " while running kbox's harness");
+    }
+    return;
+  }
+  if (p.end == ProcessOutcome::End::kOutputLimit) {
+    const std::string msg = stage + " " + how;
+    if (candidate) {
+      Set(r, v1::RUNTIME_ERROR, "candidate " + msg);
+      SetError(r, phase, "OutputLimitExceeded", msg);
+    } else if (reference) {
+      Set(r, v1::REFERENCE_ERROR, "reference " + msg);
+    } else {
+      Set(r, v1::INFRA_ERROR, msg + " while running kbox's harness");
+    }
+    return;
+  }
+  // Exited or killed by a signal without a (valid) report.
+  std::string why = stage + " " + how;
+  if (!s.protocol_error.empty()) why += " (" + s.protocol_error + ")";
+  else why += " without a report";
+  if (candidate) {
+    const v1::Status status = phase == v1::PHASE_COMPILE ? v1::COMPILE_ERROR : v1::RUNTIME_ERROR;
+    Set(r, status, why + " while running candidate code");
+    SetError(r, phase, p.end == ProcessOutcome::End::kSignaled ? "Crash" : "ProcessExit", why);
+  } else if (reference) {
+    Set(r, v1::REFERENCE_ERROR, why + " while running the reference");
+    SetError(r, phase, "ProcessExit", why);
+  } else {
+    Set(r, v1::INFRA_ERROR, why + " in kbox's harness");
+  }
+}
+
+void MergeFingerprint(const v1::Fingerprint& from, v1::Fingerprint& to) {
+  auto take = [](const std::string& value, std::string* field) {
+    if (!value.empty()) *field = value;
+  };
+  take(from.device_name(), to.mutable_device_name());
+  take(from.compute_capability(), to.mutable_compute_capability());
+  take(from.driver_version(), to.mutable_driver_version());
+  take(from.cuda_version(), to.mutable_cuda_version());
+  take(from.torch_version(), to.mutable_torch_version());
+  take(from.python_version(), to.mutable_python_version());
+  take(from.triton_version(), to.mutable_triton_version());
+}
+
+// Length of the well-formed UTF-8 sequence at the start of `s` (RFC 3629: no
+// overlong forms, no surrogates, nothing above U+10FFFF), or 0.
+size_t Utf8SequenceLength(std::string_view s) {
+  auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = byte(0);
+  if (c < 0x80) return 1;
+  size_t len = 0;
+  unsigned char lo = 0x80, hi = 0xbf;  // Range of the second byte.
+  if (c >= 0xc2 && c <= 0xdf) {
+    len = 2;
+  } else if (c >= 0xe0 && c <= 0xef) {
+    len = 3;
+    if (c == 0xe0) lo = 0xa0;
+    if (c == 0xed) hi = 0x9f;
+  } else if (c >= 0xf0 && c <= 0xf4) {
+    len = 4;
+    if (c == 0xf0) lo = 0x90;
+    if (c == 0xf4) hi = 0x8f;
+  } else {
+    return 0;
+  }
+  if (s.size() < len || byte(1) < lo || byte(1) > hi) return 0;
+  for (size_t k = 2; k < len; ++k) {
+    if ((byte(k) >> 6) != 0x2) return 0;
+  }
+  return len;
+}
+
+}  // namespace
+
+bool ApplyCompileStage(const StageOutcome& s, EvaluateResult& r) {
+  if (!s.report) {
+    ApplyAbnormalEnd(s, v1::PHASE_COMPILE, r);
+    return false;
+  }
+  const StageReport& rep = *s.report;
+  switch (rep.outcome()) {
+    case StageReport::OK:
+      return true;
+    case StageReport::COMPILE_FAILED:
+      Set(r, v1::COMPILE_ERROR, rep.message());
+      *r.mutable_compile_log() = rep.compile_log();
+      return false;
+    case StageReport::HARNESS_FAILED:
+      Set(r, v1::INFRA_ERROR, "harness failed in the compile stage: " + rep.message());
+      return false;
+    default:
+      Set(r, v1::INFRA_ERROR, "compile stage reported an unexpected outcome " +
+                                  StageReport::Outcome_Name(rep.outcome()));
+      return false;
+  }
+}
+
+void ApplyRunStage(const StageOutcome& s, EvaluateResult& r) {
+  if (!s.report) {
+    ApplyAbnormalEnd(s, v1::PHASE_RUN, r);
+    return;
+  }
+  const StageReport& rep = *s.report;
+  MergeFingerprint(rep.fingerprint(), *r.mutable_fingerprint());
+  *r.mutable_trials() = rep.trials();
+  switch (rep.outcome()) {
+    case StageReport::OK:
+      Set(r, v1::CORRECT, rep.message());
+      break;
+    case StageReport::INCORRECT:
+      Set(r, v1::INCORRECT, rep.message());
+      break;
+    case StageReport::COMPILE_FAILED:
+      Set(r, v1::COMPILE_ERROR, rep.message());
+      *r.mutable_compile_log() = rep.compile_log();
+      break;
+    case StageReport::CANDIDATE_FAILED:
+      Set(r, v1::RUNTIME_ERROR, rep.message());
+      *r.mutable_runtime_error() = rep.error();
+      break;
+    case StageReport::REFERENCE_FAILED:
+      Set(r, v1::REFERENCE_ERROR, rep.message());
+      *r.mutable_runtime_error() = rep.error();
+      break;
+    case StageReport::HARNESS_FAILED:
+      Set(r, v1::INFRA_ERROR, "harness failed in the run stage: " + rep.message());
+      break;
+    default:
+      Set(r, v1::INFRA_ERROR, "run stage reported an unexpected outcome " +
+                                  StageReport::Outcome_Name(rep.outcome()));
+      break;
+  }
+  if (r.status() == v1::CORRECT && rep.has_candidate_timing() && rep.has_reference_timing()) {
+    *r.mutable_candidate_timing() = rep.candidate_timing();
+    *r.mutable_reference_timing() = rep.reference_timing();
+    const double cand = rep.candidate_timing().median_ms();
+    if (cand > 0) r.set_speedup(rep.reference_timing().median_ms() / cand);
+  }
+}
+
+void SanitizeResultText(EvaluateResult& r, size_t max_bytes) {
+  auto clean = [max_bytes](std::string* text) { *text = SanitizeTail(*text, max_bytes); };
+  clean(r.mutable_message());
+  if (r.has_compile_log()) clean(r.mutable_compile_log()->mutable_text());
+  if (r.has_runtime_error()) {
+    clean(r.mutable_runtime_error()->mutable_type());
+    clean(r.mutable_runtime_error()->mutable_message());
+    clean(r.mutable_runtime_error()->mutable_traceback());
+  }
+  for (auto& t : *r.mutable_trials()) clean(t.mutable_failure());
+  clean(r.mutable_output_tail());
+}
+
+void FinalizeRewardable(EvaluateResult& r) {
+  bool rejected = false;
+  for (const auto& v : r.verdicts()) rejected |= v.severity() == v1::Verdict::REJECT;
+  r.set_rewardable(r.status() == v1::CORRECT && !rejected);
+}
+
+std::string SanitizeTail(const std::string& text, size_t max_bytes) {
+  std::string_view in = text;
+  if (in.size() > max_bytes) in.remove_prefix(in.size() - max_bytes);
+  std::string out;
+  out.reserve(in.size());
+  size_t i = 0;
+  while (i < in.size()) {
+    const auto c = static_cast<unsigned char>(in[i]);
+    const size_t len = Utf8SequenceLength(in.substr(i));
+    const bool valid = len > 0;
+    if (!valid) {
+      out += "\xef\xbf\xbd";  // U+FFFD
+      ++i;
+      continue;
+    }
+    if (len == 1 && ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f)) {
+      out += c == '\r' ? '\n' : '?';
+    } else {
+      out.append(in.substr(i, len));
+    }
+    i += len;
+  }
+  return out;
+}
+
+}  // namespace kbox

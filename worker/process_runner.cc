@@ -1,0 +1,282 @@
+#include "worker/process_runner.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <optional>
+
+namespace kbox {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Descriptor numbers inside the child. The parent first moves every
+// descriptor it hands over to kHighFd or above, so the dup2() calls below can
+// never clobber one another.
+constexpr int kHighFd = 10;
+constexpr int kExecErrorFd = 4;  // CLOEXEC: closes itself on a successful exec.
+
+// Time allowed after the main process exits for the pipes to drain.
+constexpr auto kDrainGrace = std::chrono::milliseconds(1000);
+// Time allowed for a SIGKILLed process to be reaped.
+constexpr auto kReapGrace = std::chrono::milliseconds(10'000);
+
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  Fd(Fd&& other) noexcept : fd_(other.release()) {}
+  Fd& operator=(Fd&& other) noexcept {
+    reset(other.release());
+    return *this;
+  }
+  ~Fd() { reset(); }
+  int get() const { return fd_; }
+  int release() {
+    int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  void reset(int fd = -1) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = fd;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+// A pipe whose both ends sit at kHighFd or above, close-on-exec.
+bool MakePipe(Fd& read_end, Fd& write_end) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return false;
+  Fd r(fds[0]), w(fds[1]);
+  read_end = Fd(::fcntl(r.get(), F_DUPFD_CLOEXEC, kHighFd));
+  write_end = Fd(::fcntl(w.get(), F_DUPFD_CLOEXEC, kHighFd));
+  return read_end.get() >= 0 && write_end.get() >= 0;
+}
+
+std::vector<char*> CStrings(const std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  out.reserve(strings.size() + 1);
+  for (const auto& s : strings) out.push_back(const_cast<char*>(s.c_str()));
+  out.push_back(nullptr);
+  return out;
+}
+
+double MsSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// Tells the parent why the child could not exec, then exits.
+[[noreturn]] void ExecFailed(int exec_error_w) {
+  const int err = errno;
+  (void)!::write(exec_error_w, &err, sizeof err);
+  ::_exit(127);
+}
+
+// Runs in the child between fork and exec: async-signal-safe calls only.
+[[noreturn]] void ExecChild(const ProcessSpec& spec, char* const* argv, char* const* envp,
+                            int devnull, int output_w, int result_w, int exec_error_w,
+                            pid_t parent) {
+  ::setpgid(0, 0);
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) ExecFailed(exec_error_w);
+  if (::getppid() != parent) ::_exit(127);  // kboxd died before prctl took hold.
+  if (::dup2(devnull, 0) < 0 || ::dup2(output_w, 1) < 0 || ::dup2(output_w, 2) < 0 ||
+      ::dup2(result_w, spec.result_fd) < 0 ||
+      ::dup3(exec_error_w, kExecErrorFd, O_CLOEXEC) < 0) {
+    ExecFailed(exec_error_w);
+  }
+  exec_error_w = kExecErrorFd;
+  // Nothing of kboxd's (sockets, other jobs' pipes) reaches the child.
+  ::close_range(static_cast<unsigned>(kExecErrorFd + 1), ~0U, 0);
+  // Restore what kboxd may have changed for itself.
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGCHLD}) ::sigaction(sig, &dfl, nullptr);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  if (::chdir(spec.cwd.c_str()) != 0) ExecFailed(exec_error_w);
+  ::execve(argv[0], argv, envp);
+  ExecFailed(exec_error_w);
+}
+
+void KillGroup(pid_t pgid) { ::kill(-pgid, SIGKILL); }
+
+// Reaps the main process; fills exit status and CPU time.
+void Reap(pid_t pid, int pidfd, ProcessOutcome& out) {
+  pollfd p{pidfd, POLLIN, 0};
+  ::poll(&p, 1, static_cast<int>(kReapGrace.count()));
+  int status = 0;
+  rusage usage{};
+  if (::wait4(pid, &status, 0, &usage) != pid) return;
+  out.cpu_ms = static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1e3 +
+               static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e3;
+  if (WIFEXITED(status)) {
+    out.exit_code = WEXITSTATUS(status);
+    if (out.end == ProcessOutcome::End::kSpawnFailed) out.end = ProcessOutcome::End::kExited;
+  } else if (WIFSIGNALED(status)) {
+    out.term_signal = WTERMSIG(status);
+    if (out.end == ProcessOutcome::End::kSpawnFailed) out.end = ProcessOutcome::End::kSignaled;
+  }
+}
+
+}  // namespace
+
+ProcessOutcome RunProcess(const ProcessSpec& spec) {
+  ProcessOutcome out;
+  const auto start = Clock::now();
+  if (spec.argv.empty() || spec.argv[0].empty() || spec.argv[0][0] != '/') {
+    out.spawn_error = "argv[0] must be an absolute path";
+    return out;
+  }
+  if (spec.result_fd < 3 || spec.result_fd >= kExecErrorFd) {
+    out.spawn_error = "result_fd must be 3";
+    return out;
+  }
+
+  Fd output_r, output_w, result_r, result_w, error_r, error_w;
+  Fd devnull(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (devnull.get() < 0 || !MakePipe(output_r, output_w) || !MakePipe(result_r, result_w) ||
+      !MakePipe(error_r, error_w)) {
+    out.spawn_error = std::string("pipe: ") + std::strerror(errno);
+    return out;
+  }
+  const std::vector<char*> argv = CStrings(spec.argv);
+  const std::vector<char*> envp = CStrings(spec.env);
+  const pid_t parent = ::getpid();
+
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    out.spawn_error = std::string("fork: ") + std::strerror(errno);
+    return out;
+  }
+  if (pid == 0) {
+    ExecChild(spec, argv.data(), envp.data(), devnull.get(), output_w.get(), result_w.get(),
+              error_w.get(), parent);
+  }
+  ::setpgid(pid, pid);  // Also in the child: whichever runs first wins the race.
+  // glibc 2.36's <sys/pidfd.h> lacks C linkage for C++; call the syscall.
+  Fd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+  output_w.reset();
+  result_w.reset();
+  error_w.reset();
+
+  int exec_errno = 0;
+  if (::read(error_r.get(), &exec_errno, sizeof exec_errno) == sizeof exec_errno) {
+    KillGroup(pid);
+    ::waitpid(pid, nullptr, 0);
+    out.spawn_error = "exec " + spec.argv[0] + ": " + std::strerror(exec_errno);
+    out.end = ProcessOutcome::End::kSpawnFailed;
+    return out;
+  }
+  if (pidfd.get() < 0) {
+    KillGroup(pid);
+    ::waitpid(pid, nullptr, 0);
+    out.spawn_error = std::string("pidfd_open: ") + std::strerror(errno);
+    return out;
+  }
+
+  const auto deadline = start + spec.wall_limit;
+  std::optional<Clock::time_point> drain_deadline;
+  bool main_exited = false;
+  std::array<char, 64 * 1024> buffer;
+
+  while (output_r.get() >= 0 || result_r.get() >= 0 || !main_exited) {
+    const auto now = Clock::now();
+    const auto limit = drain_deadline ? std::min(*drain_deadline, deadline) : deadline;
+    if (now >= limit) {
+      if (!main_exited) {
+        out.end = ProcessOutcome::End::kTimedOut;
+        KillGroup(pid);
+        Reap(pid, pidfd.get(), out);
+      }
+      break;  // Drain grace over: a process that escaped the group holds a pipe.
+    }
+    std::array<pollfd, 3> fds{{{output_r.get(), POLLIN, 0},
+                               {result_r.get(), POLLIN, 0},
+                               {main_exited ? -1 : pidfd.get(), POLLIN, 0}}};
+    const auto wait_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(limit - now).count() + 1;
+    if (::poll(fds.data(), fds.size(), static_cast<int>(wait_ms)) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (fds[0].revents != 0) {
+      const ssize_t n = ::read(output_r.get(), buffer.data(), buffer.size());
+      if (n <= 0) {
+        output_r.reset();
+      } else {
+        out.output_bytes += static_cast<uint64_t>(n);
+        out.output_tail.append(buffer.data(), static_cast<size_t>(n));
+        if (out.output_tail.size() > 2 * spec.output_tail_bytes) {
+          out.output_tail.erase(0, out.output_tail.size() - spec.output_tail_bytes);
+        }
+        if (out.output_bytes > spec.max_output_bytes && !main_exited) {
+          out.end = ProcessOutcome::End::kOutputLimit;
+          KillGroup(pid);
+          Reap(pid, pidfd.get(), out);
+          main_exited = true;
+          drain_deadline = Clock::now() + kDrainGrace;
+        }
+      }
+    }
+    if (fds[1].revents != 0) {
+      const ssize_t n = ::read(result_r.get(), buffer.data(), buffer.size());
+      if (n <= 0) {
+        result_r.reset();
+      } else if (out.result.size() + static_cast<size_t>(n) > spec.max_result_bytes) {
+        out.result_truncated = true;
+        result_r.reset();  // The child now gets EPIPE; its report is void anyway.
+      } else {
+        out.result.append(buffer.data(), static_cast<size_t>(n));
+      }
+    }
+    if (fds[2].revents != 0 && !main_exited) {
+      Reap(pid, pidfd.get(), out);
+      main_exited = true;
+      // The job is over: whatever it left running in its group goes too.
+      KillGroup(pid);
+      drain_deadline = Clock::now() + kDrainGrace;
+    }
+  }
+  if (out.output_tail.size() > spec.output_tail_bytes) {
+    out.output_tail.erase(0, out.output_tail.size() - spec.output_tail_bytes);
+  }
+  out.wall_ms = MsSince(start);
+  return out;
+}
+
+std::string DescribeEnd(const ProcessOutcome& outcome) {
+  switch (outcome.end) {
+    case ProcessOutcome::End::kExited:
+      return "exited with status " + std::to_string(outcome.exit_code);
+    case ProcessOutcome::End::kSignaled: {
+      const char* name = ::sigabbrev_np(outcome.term_signal);
+      return std::string("killed by SIG") + (name ? name : std::to_string(outcome.term_signal));
+    }
+    case ProcessOutcome::End::kTimedOut:
+      return "killed at the wall-clock limit";
+    case ProcessOutcome::End::kOutputLimit:
+      return "killed after writing more than the output limit";
+    case ProcessOutcome::End::kSpawnFailed:
+      return "could not be started: " + outcome.spawn_error;
+  }
+  return "unknown";
+}
+
+}  // namespace kbox

@@ -1,0 +1,69 @@
+#pragma once
+
+// Runs one child process to completion under a wall-clock limit, capturing its
+// output and a private result channel. Every stage of a job goes through here:
+// kboxd never runs candidate or harness code in its own process.
+//
+// The child gets its own process group; on timeout, on an output flood, and
+// after the main process exits, the whole group is killed with SIGKILL, so no
+// process the job started in that group outlives it. (A process that leaves
+// the group with setsid() is out of reach here; the sandbox's pid namespace
+// closes that gap.)
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kbox {
+
+struct ProcessSpec {
+  // argv[0] must be an absolute path: no PATH search happens.
+  std::vector<std::string> argv;
+  // The complete environment ("NAME=value"); nothing is inherited.
+  std::vector<std::string> env;
+  // Working directory of the child.
+  std::string cwd = "/";
+  // Wall-clock limit from fork to exit.
+  std::chrono::milliseconds wall_limit{60'000};
+  // Bytes of stdout+stderr after which the job is killed (an output flood).
+  uint64_t max_output_bytes = 8ull << 20;
+  // Bytes of the end of stdout+stderr kept for the result.
+  size_t output_tail_bytes = 8 << 10;
+  // Bytes accepted on the result channel; more marks it truncated.
+  size_t max_result_bytes = 16 << 20;
+  // File descriptor number at which the child finds the write end of the
+  // result channel.
+  int result_fd = 3;
+};
+
+struct ProcessOutcome {
+  enum class End {
+    kExited,        // The main process exited; see exit_code.
+    kSignaled,      // The main process was killed by term_signal.
+    kTimedOut,      // The wall-clock limit expired; the group was killed.
+    kOutputLimit,   // stdout+stderr passed max_output_bytes; the group was killed.
+    kSpawnFailed,   // fork or exec failed; see spawn_error. kbox's fault.
+  };
+  End end = End::kSpawnFailed;
+  int exit_code = -1;
+  int term_signal = 0;
+  std::string spawn_error;
+  // The last output_tail_bytes of stdout and stderr, interleaved as written.
+  std::string output_tail;
+  uint64_t output_bytes = 0;
+  // Everything written to the result channel (up to max_result_bytes).
+  std::string result;
+  bool result_truncated = false;
+  double wall_ms = 0;
+  double cpu_ms = 0;  // User + system time of the main process and its reaped children.
+};
+
+// Blocks until the child and its group are gone. Thread-safe; each call uses
+// only its own descriptors.
+ProcessOutcome RunProcess(const ProcessSpec& spec);
+
+// Short human-readable description ("exited 1", "killed by SIGSEGV", ...).
+std::string DescribeEnd(const ProcessOutcome& outcome);
+
+}  // namespace kbox
