@@ -130,6 +130,9 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
 
   StagePlacement placement;
   if (gpu_backend) {
+    // Same arch list as the build: load_inline re-derives its flags in the
+    // run stage, and different flags would make ninja rebuild on the GPU.
+    placement.cuda_arch = cuda_arch_list_;
     placement.gpu = device.slot();
     result.mutable_fingerprint()->set_device_index(device.slot());
   }

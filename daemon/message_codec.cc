@@ -19,13 +19,14 @@ std::string MediaType(const std::string& content_type) {
   return media;
 }
 
-// protobuf's JSON parser names the field in its messages ("Cannot find field:
-// foo", "Invalid value for enum field backend", "... for field seed").
+// protobuf's JSON parser names the field in its messages: 3.21 (Debian 12)
+// starts them with it ("bogus: Cannot find field.", "(backend): invalid
+// value ..."); other versions put it later ("Cannot find field: bogus").
 std::string FieldNamedIn(const std::string& message) {
   static const std::regex patterns[] = {
+      std::regex(R"(^\(?([A-Za-z0-9_.\[\]]+)\)?: )"),
       std::regex(R"(Cannot find field: ([A-Za-z0-9_.]+))"),
       std::regex(R"(enum field ([A-Za-z0-9_.]+))"),
-      std::regex(R"(field:? ([A-Za-z0-9_.]+))"),
   };
   std::smatch match;
   for (const auto& pattern : patterns) {

@@ -77,6 +77,16 @@ void ApplyAbnormalEnd(const StageOutcome& s, v1::Phase phase, EvaluateResult& r)
   }
 }
 
+bool AllTrialsPassed(const StageReport& report, uint32_t expected_trials) {
+  if (report.trials_size() != static_cast<int>(expected_trials) || expected_trials == 0) {
+    return false;
+  }
+  for (const auto& t : report.trials()) {
+    if (!t.passed()) return false;
+  }
+  return true;
+}
+
 void MergeFingerprint(const v1::Fingerprint& from, v1::Fingerprint& to) {
   auto take = [](const std::string& value, std::string* field) {
     if (!value.empty()) *field = value;
@@ -153,6 +163,16 @@ void ApplyRunStage(const StageOutcome& s, EvaluateResult& r) {
   *r.mutable_trials() = rep.trials();
   switch (rep.outcome()) {
     case StageReport::OK:
+      // The harness runs beside candidate code, which can write to the
+      // result pipe too: believe CORRECT only with every trial present and
+      // passed. (Issue 5 moves the comparison out of that process.)
+      if (!AllTrialsPassed(rep, r.settings().correctness_trials())) {
+        Set(r, v1::RUNTIME_ERROR,
+            "the run stage reported success without the trials to show for it; candidate code "
+            "may have written to kbox's result channel");
+        SetError(r, v1::PHASE_RUN, "ResultChannelTampering", r.message());
+        break;
+      }
       Set(r, v1::CORRECT, rep.message());
       break;
     case StageReport::INCORRECT:
@@ -207,7 +227,11 @@ void FinalizeRewardable(EvaluateResult& r) {
 
 std::string SanitizeTail(const std::string& text, size_t max_bytes) {
   std::string_view in = text;
-  if (in.size() > max_bytes) in.remove_prefix(in.size() - max_bytes);
+  if (in.size() > max_bytes) {
+    in.remove_prefix(in.size() - max_bytes);
+    // Do not start in the middle of a character.
+    while (!in.empty() && (static_cast<unsigned char>(in.front()) >> 6) == 0x2) in.remove_prefix(1);
+  }
   std::string out;
   out.reserve(in.size());
   size_t i = 0;
@@ -226,6 +250,13 @@ std::string SanitizeTail(const std::string& text, size_t max_bytes) {
       out.append(in.substr(i, len));
     }
     i += len;
+  }
+  // Replacement characters are longer than the bytes they replace: cut the
+  // front again, at a character boundary, to honour the bound.
+  if (out.size() > max_bytes) {
+    size_t cut = out.size() - max_bytes;
+    while (cut < out.size() && (static_cast<unsigned char>(out[cut]) >> 6) == 0x2) ++cut;
+    out.erase(0, cut);
   }
   return out;
 }

@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""The GPU verification suite: starts kboxd on this machine's GPU and runs
+every GPU case through it, printing one line per case.
+
+Cases: the five KernelBench few-shot pairs (cuda), every honest CUDA case of
+the shared corpus (its expect.json decides), the bundled CUDA example, a
+Triton candidate for the `add` problem, a candidate with an nvcc error, and a
+kernel with an out-of-bounds write followed by an honest job on the same GPU.
+
+Usage: scripts/gpu-suite [--shared DIR] [--out DIR]
+Needs build/bin/kboxd (built on Debian 12 and carried to the GPU machine;
+see docs/gpu-verification.md).
+"""
+import argparse
+import concurrent.futures
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GPU_CASES = os.path.join(REPO, "tests", "gpu", "cases")
+FEW_SHOT = ["add", "fuse_gelu", "tiled_matmul", "mnist2", "flash_attn"]
+
+
+def start_daemon(work_dir, python):
+    cmd = [os.path.join(REPO, "build", "bin", "kboxd"), "--listen", "127.0.0.1:0",
+           "--work-dir", work_dir, "--python", python]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=sys.stderr, text=True)
+    line = proc.stdout.readline()
+    if "listening on " not in line:
+        proc.kill()
+        sys.exit("kboxd did not start: %r" % line)
+    return proc, line.strip().split("listening on ")[1]
+
+
+def evaluate(server, reference, candidate, backend, **extra):
+    body = {"reference_source": open(reference).read(),
+            "candidate_source": open(candidate).read(),
+            "backend": "BACKEND_" + backend.upper()}
+    body.update(extra)
+    req = urllib.request.Request(server + "/v1/evaluate", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=1800) as resp:
+        return json.load(resp)
+
+
+def describe(result):
+    d = result.get("durations", {})
+    speed = result.get("speedup", 0)
+    return "%s rewardable=%s speedup=%s compile=%.1fs queue=%.1fs run=%.1fs | %s" % (
+        result.get("status"), str(result.get("rewardable")).lower(),
+        ("%.2fx" % speed) if speed else "-", d.get("compile_ms", 0) / 1000,
+        d.get("queue_wait_ms", 0) / 1000, d.get("run_ms", 0) / 1000,
+        result.get("message", "")[:120])
+
+
+def expect_correct(result):
+    return result.get("status") == "CORRECT" and result.get("rewardable") is True
+
+
+def expect_rewardable(expected):
+    return lambda r: r.get("rewardable") is expected and (not expected or r.get("status") == "CORRECT")
+
+
+def expect_nvcc_error(result):
+    log = result.get("compile_log", {})
+    return (result.get("status") == "COMPILE_ERROR" and "candidate.py:14" in log.get("text", "")
+            and "undeclared_offset" in log.get("text", "") and log.get("first_error_line") == 14)
+
+
+def expect_runtime_error(result):
+    return result.get("status") == "RUNTIME_ERROR" and result.get("rewardable") is False
+
+
+def build_cases(shared):
+    few = os.path.join(shared, "datasets", "kernelbench", "few_shot")
+    add_ref = os.path.join(few, "model_ex_add.py")
+    cases = []
+    for name in FEW_SHOT:
+        cases.append(("few_shot/" + name, os.path.join(few, "model_ex_%s.py" % name),
+                      os.path.join(few, "model_new_ex_%s.py" % name), "cuda", expect_correct))
+    # Honest CUDA cases only until the anti-cheat checks exist (issues 4 and 5);
+    # the reward hacks in corpus/reward-hacks join the suite with them.
+    for case_dir in sorted(glob.glob(os.path.join(shared, "corpus", "legit", "*_cuda"))):
+        with open(os.path.join(case_dir, "expect.json")) as f:
+            expected = json.load(f)["rewardable"]
+        cases.append(("corpus/" + os.path.basename(case_dir), os.path.join(case_dir, "reference.py"),
+                      os.path.join(case_dir, "candidate.py"), "cuda", expect_rewardable(expected)))
+    examples = os.path.join(REPO, "docs", "examples")
+    cases.append(("example/bias_relu_cuda", os.path.join(examples, "bias_relu", "reference.py"),
+                  os.path.join(examples, "bias_relu_cuda", "candidate.py"), "cuda", expect_correct))
+    cases.append(("triton_add", add_ref, os.path.join(GPU_CASES, "triton_add", "candidate.py"),
+                  "triton", expect_correct))
+    cases.append(("nvcc_error", add_ref, os.path.join(GPU_CASES, "nvcc_error", "candidate.py"),
+                  "cuda", expect_nvcc_error))
+    return cases, add_ref, os.path.join(few, "model_new_ex_add.py")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shared", default=os.path.join(REPO, "..", "shared"))
+    parser.add_argument("--out", default="", help="directory for full JSON results")
+    parser.add_argument("--python", default=shutil.which("python3") or "/usr/bin/python3")
+    args = parser.parse_args()
+
+    work_dir = "/tmp/kbox-gpu-suite-%d" % os.getpid()
+    daemon, server = start_daemon(work_dir, args.python)
+    print("kboxd at %s; info: %s" % (server, urllib.request.urlopen(server + "/v1/info").read().decode().strip()))
+    cases, add_ref, add_cand = build_cases(args.shared)
+    results, failures = {}, 0
+    started = time.time()
+
+    def report(name, backend, result, ok):
+        nonlocal failures
+        failures += 0 if ok else 1
+        results[name] = result
+        print("%s %-40s %-6s %s" % ("PASS" if ok else "FAIL", name, backend, describe(result)), flush=True)
+
+    try:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(cases) + 1) as pool:
+            futures = {pool.submit(evaluate, server, ref, cand, backend): (name, backend, check)
+                       for name, ref, cand, backend, check in cases}
+            for future in concurrent.futures.as_completed(futures):
+                name, backend, check = futures[future]
+                try:
+                    result = future.result()
+                except Exception as exc:  # A transport failure is a failed case.
+                    result = {"status": "CLIENT_ERROR", "message": repr(exc)}
+                report(name, backend, result, check(result))
+        # Last, with the GPU otherwise idle: a kernel that faults, then an
+        # honest job, which is the next job that GPU runs.
+        oob = evaluate(server, add_ref, os.path.join(GPU_CASES, "oob_write", "candidate.py"), "cuda")
+        report("oob_write", "cuda", oob, expect_runtime_error(oob))
+        after = evaluate(server, add_ref, add_cand, "cuda")
+        report("after_oob/few_shot/add", "cuda", after, expect_correct(after))
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=120)
+    total = len(results)
+    print("gpu-suite: %d passed, %d failed in %.0f s" % (total - failures, failures, time.time() - started))
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "gpu-suite-results.json"), "w") as f:
+            json.dump(results, f, indent=1, sort_keys=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

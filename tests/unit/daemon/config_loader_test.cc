@@ -1,0 +1,257 @@
+#include "daemon/config_loader.h"
+
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "tests/unit/temp_dir.h"
+
+namespace kbox {
+namespace {
+
+namespace fs = std::filesystem;
+using kbox::testing::TempDir;
+
+// Runs ParseCommandLine on `args` (argv[0] supplied).
+boost::system::result<CommandLine, FieldError> Parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "kboxd");
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  return ParseCommandLine(static_cast<int>(argv.size()), argv.data());
+}
+
+TEST(ConfigLoaderTest, ParsesValidTextProto) {
+  const auto config = ParseConfigText(
+      "# comment\n"
+      "listen: \"0.0.0.0:9000\"\n"
+      "python: \"/opt/py/bin/python3\"\n"
+      "keep_job_dirs: true\n"
+      "gpus: 0\n"
+      "gpus: 2\n"
+      "backends: [\"cpu\", \"cuda\"]\n"
+      "max_body_bytes: 1048576\n");
+  ASSERT_TRUE(config) << config.error().message;
+  EXPECT_EQ(config->listen(), "0.0.0.0:9000");
+  EXPECT_EQ(config->python(), "/opt/py/bin/python3");
+  EXPECT_TRUE(config->keep_job_dirs());
+  ASSERT_EQ(config->gpus_size(), 2);
+  EXPECT_EQ(config->gpus(1), 2u);
+  ASSERT_EQ(config->backends_size(), 2);
+  EXPECT_EQ(config->backends(1), "cuda");
+  EXPECT_EQ(config->max_body_bytes(), 1048576u);
+}
+
+TEST(ConfigLoaderTest, EmptyTextIsEmptyConfig) {
+  const auto config = ParseConfigText("");
+  ASSERT_TRUE(config);
+  EXPECT_EQ(config->listen(), "");
+}
+
+TEST(ConfigLoaderTest, UnknownFieldNamesLine) {
+  const auto config = ParseConfigText("listen: \"127.0.0.1:1\"\nlisten_port: 8080\n");
+  ASSERT_FALSE(config);
+  EXPECT_EQ(config.error().field, "config");
+  EXPECT_NE(config.error().message.find("line 2"), std::string::npos) << config.error().message;
+  EXPECT_NE(config.error().message.find("listen_port"), std::string::npos)
+      << config.error().message;
+}
+
+TEST(ConfigLoaderTest, WrongValueTypeIsError) {
+  const auto config = ParseConfigText("io_threads: \"many\"\n");
+  ASSERT_FALSE(config);
+  EXPECT_NE(config.error().message.find("line 1"), std::string::npos) << config.error().message;
+}
+
+TEST(ConfigLoaderTest, AppliesDefaults) {
+  const auto config = ApplyConfigDefaults(v1::DaemonConfig(), 12);
+  ASSERT_TRUE(config) << config.error().field << ": " << config.error().message;
+  EXPECT_EQ(config->listen(), "127.0.0.1:8080");
+  EXPECT_EQ(config->python(), "/usr/bin/python3");
+  EXPECT_NE(config->work_dir().find("/kbox-" + std::to_string(::getpid())), std::string::npos)
+      << config->work_dir();
+  EXPECT_EQ(config->max_body_bytes(), 4u << 20);
+  EXPECT_EQ(config->max_source_bytes(), 1u << 20);
+  EXPECT_EQ(config->read_timeout_s(), 30u);
+  EXPECT_EQ(config->write_timeout_s(), 30u);
+  EXPECT_EQ(config->max_in_flight_jobs(), 64u);
+  EXPECT_EQ(config->io_threads(), 2u);
+  EXPECT_EQ(config->compile_workers(), 12u);
+  EXPECT_EQ(config->cpu_run_slots(), 1u);
+  EXPECT_EQ(config->compile_time_limit_s(), 300u);
+  EXPECT_EQ(config->default_time_limit_s(), 120u);
+  EXPECT_EQ(config->max_time_limit_s(), 900u);
+  EXPECT_EQ(config->max_correctness_trials(), 100u);
+  EXPECT_EQ(config->default_performance_trials(), 20u);
+  EXPECT_EQ(config->max_performance_trials(), 1000u);
+  EXPECT_EQ(config->warmup_calls(), 3u);
+  EXPECT_EQ(config->max_output_bytes(), 8u << 20);
+  EXPECT_EQ(config->max_log_bytes(), 16u << 10);
+  EXPECT_FALSE(config->keep_job_dirs());
+}
+
+TEST(ConfigLoaderTest, ZeroCoresMeansOneCompileWorker) {
+  const auto config = ApplyConfigDefaults(v1::DaemonConfig(), 0);
+  ASSERT_TRUE(config);
+  EXPECT_EQ(config->compile_workers(), 1u);
+}
+
+TEST(ConfigLoaderTest, KeepsExplicitValues) {
+  v1::DaemonConfig in;
+  in.set_listen("[::1]:0");
+  in.set_compile_workers(7);
+  in.set_max_time_limit_s(60);
+  in.set_default_time_limit_s(60);
+  in.set_work_dir("/srv/kbox");
+  const auto config = ApplyConfigDefaults(in, 12);
+  ASSERT_TRUE(config);
+  EXPECT_EQ(config->listen(), "[::1]:0");
+  EXPECT_EQ(config->compile_workers(), 7u);
+  EXPECT_EQ(config->max_time_limit_s(), 60u);
+  EXPECT_EQ(config->work_dir(), "/srv/kbox");
+}
+
+// Returns the field ApplyConfigDefaults names for `config`, or "" when valid.
+std::string DefaultsErrorField(const v1::DaemonConfig& config) {
+  const auto result = ApplyConfigDefaults(config, 4);
+  return result ? std::string() : result.error().field;
+}
+
+TEST(ConfigLoaderTest, BodyLimitBoundedAt64MiB) {
+  v1::DaemonConfig config;
+  config.set_max_body_bytes(64ull << 20);
+  EXPECT_EQ(DefaultsErrorField(config), "");
+  config.set_max_body_bytes((64ull << 20) + 1);
+  EXPECT_EQ(DefaultsErrorField(config), "max_body_bytes");
+}
+
+TEST(ConfigLoaderTest, SourceLimitMayNotExceedBodyLimit) {
+  v1::DaemonConfig config;
+  config.set_max_body_bytes(1000);
+  config.set_max_source_bytes(1001);
+  EXPECT_EQ(DefaultsErrorField(config), "max_source_bytes");
+}
+
+TEST(ConfigLoaderTest, RejectsRelativePython) {
+  v1::DaemonConfig config;
+  config.set_python("python3");
+  const auto result = ApplyConfigDefaults(config, 4);
+  ASSERT_FALSE(result);
+  EXPECT_EQ(result.error().field, "python");
+  EXPECT_NE(result.error().message.find("absolute"), std::string::npos);
+}
+
+TEST(ConfigLoaderTest, DefaultTimeLimitMayNotExceedMax) {
+  v1::DaemonConfig config;
+  config.set_default_time_limit_s(1000);
+  EXPECT_EQ(DefaultsErrorField(config), "default_time_limit_s");  // Max defaults to 900.
+  config.set_max_time_limit_s(1000);
+  EXPECT_EQ(DefaultsErrorField(config), "");
+}
+
+TEST(ConfigLoaderTest, RejectsOutOfBoundsCounts) {
+  struct Case {
+    void (v1::DaemonConfig::*set)(uint32_t);
+    uint32_t value;
+    const char* field;
+  };
+  const Case cases[] = {
+      {&v1::DaemonConfig::set_max_in_flight_jobs, 4097, "max_in_flight_jobs"},
+      {&v1::DaemonConfig::set_io_threads, 65, "io_threads"},
+      {&v1::DaemonConfig::set_compile_workers, 257, "compile_workers"},
+      {&v1::DaemonConfig::set_cpu_run_slots, 257, "cpu_run_slots"},
+      {&v1::DaemonConfig::set_default_performance_trials, 1001, "default_performance_trials"},
+      {&v1::DaemonConfig::set_max_correctness_trials, 10'001, "max_correctness_trials"},
+      {&v1::DaemonConfig::set_max_log_bytes, (1u << 20) + 1, "max_log_bytes"},
+  };
+  for (const Case& c : cases) {
+    v1::DaemonConfig config;
+    (config.*c.set)(c.value);
+    EXPECT_EQ(DefaultsErrorField(config), c.field) << c.field << " = " << c.value;
+  }
+}
+
+TEST(ConfigLoaderTest, RejectsUnknownBackendName) {
+  v1::DaemonConfig config;
+  config.add_backends("cpu");
+  config.add_backends("rocm");
+  const auto result = ApplyConfigDefaults(config, 4);
+  ASSERT_FALSE(result);
+  EXPECT_EQ(result.error().field, "backends");
+  EXPECT_NE(result.error().message.find("rocm"), std::string::npos);
+
+  config.clear_backends();
+  for (const char* b : {"cpu", "cuda", "triton"}) config.add_backends(b);
+  EXPECT_EQ(DefaultsErrorField(config), "");
+}
+
+TEST(ConfigLoaderTest, FlagsOverrideConfigFile) {
+  TempDir tmp;
+  const fs::path file = tmp.path() / "kboxd.textproto";
+  std::ofstream(file) << "listen: \"127.0.0.1:1111\"\n"
+                         "python: \"/from/file/python\"\n"
+                         "cpu_run_slots: 2\n"
+                         "gpus: 5\n"
+                         "backends: \"cpu\"\n"
+                         "max_log_bytes: 4096\n";
+  const auto cl = Parse({"--config", file.string(), "--listen", "0.0.0.0:0", "--cpu-run-slots",
+                         "3", "--gpu", "0", "--gpu", "1", "--backend", "cuda", "--keep-job-dirs"});
+  ASSERT_TRUE(cl) << cl.error().field << ": " << cl.error().message;
+  EXPECT_FALSE(cl->show_help);
+  const v1::DaemonConfig& c = cl->config;
+  EXPECT_EQ(c.listen(), "0.0.0.0:0");              // Flag wins.
+  EXPECT_EQ(c.python(), "/from/file/python");      // File value kept.
+  EXPECT_EQ(c.max_log_bytes(), 4096u);             // File value kept.
+  EXPECT_EQ(c.cpu_run_slots(), 3u);                // Flag wins.
+  ASSERT_EQ(c.gpus_size(), 2);                     // Flag list replaces file list.
+  EXPECT_EQ(c.gpus(0), 0u);
+  EXPECT_EQ(c.gpus(1), 1u);
+  ASSERT_EQ(c.backends_size(), 1);
+  EXPECT_EQ(c.backends(0), "cuda");
+  EXPECT_TRUE(c.keep_job_dirs());
+}
+
+TEST(ConfigLoaderTest, RelativeDirectoryFlagsBecomeAbsolute) {
+  const auto cl = Parse({"--work-dir", "jobs", "--harness-dir", "h"});
+  ASSERT_TRUE(cl);
+  EXPECT_EQ(cl->config.work_dir(), (fs::current_path() / "jobs").string());
+  EXPECT_EQ(cl->config.harness_dir(), (fs::current_path() / "h").string());
+}
+
+TEST(ConfigLoaderTest, UnknownFlagIsError) {
+  const auto cl = Parse({"--no-such-flag", "1"});
+  ASSERT_FALSE(cl);
+  EXPECT_EQ(cl.error().field, "flags");
+  EXPECT_NE(cl.error().message.find("no-such-flag"), std::string::npos) << cl.error().message;
+}
+
+TEST(ConfigLoaderTest, MissingConfigFileIsError) {
+  TempDir tmp;
+  const auto cl = Parse({"--config", (tmp.path() / "absent.textproto").string()});
+  ASSERT_FALSE(cl);
+  EXPECT_EQ(cl.error().field, "--config");
+}
+
+TEST(ConfigLoaderTest, BadConfigFileErrorNamesFileAndLine) {
+  TempDir tmp;
+  const fs::path file = tmp.path() / "bad.textproto";
+  std::ofstream(file) << "listen: \"x\"\n\nbogus_field: 1\n";
+  const auto cl = Parse({"--config", file.string()});
+  ASSERT_FALSE(cl);
+  EXPECT_NE(cl.error().field.find(file.string()), std::string::npos) << cl.error().field;
+  EXPECT_NE(cl.error().message.find("line 3"), std::string::npos) << cl.error().message;
+}
+
+TEST(ConfigLoaderTest, HelpFlagAsksForHelp) {
+  const auto cl = Parse({"--help"});
+  ASSERT_TRUE(cl);
+  EXPECT_TRUE(cl->show_help);
+  EXPECT_NE(cl->help_text.find("--listen"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kbox

@@ -1,0 +1,481 @@
+#include "daemon/result_mapper.h"
+
+#include <signal.h>
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <string_view>
+
+namespace kbox {
+namespace {
+
+using End = ProcessOutcome::End;
+constexpr std::string_view kReplacement = "\xef\xbf\xbd";  // U+FFFD
+
+StageOutcome Ended(End end, v1::Party last_party) {
+  StageOutcome s;
+  s.process.end = end;
+  s.last_party = last_party;
+  if (end == End::kExited) s.process.exit_code = 1;
+  if (end == End::kSignaled) s.process.term_signal = SIGSEGV;
+  if (end == End::kSpawnFailed) s.process.spawn_error = "exec /py: No such file or directory";
+  if (end == End::kTimedOut) s.process.wall_ms = 3500;
+  return s;
+}
+
+StageOutcome Reported(v1::StageReport::Outcome outcome, const std::string& message = "msg") {
+  StageOutcome s;
+  s.process.end = End::kExited;
+  s.process.exit_code = 0;
+  s.last_party = v1::HARNESS;
+  s.report.emplace();
+  s.report->set_outcome(outcome);
+  s.report->set_message(message);
+  return s;
+}
+
+// A run-stage OK report with `trials` passed trials, and a result expecting them.
+StageOutcome CorrectRun(v1::EvaluateResult& r, int trials = 5) {
+  StageOutcome s = Reported(v1::StageReport::OK, "correct on 5 trials");
+  for (int i = 0; i < trials; ++i) s.report->add_trials()->set_passed(true);
+  r.mutable_settings()->set_correctness_trials(5);
+  return s;
+}
+
+v1::Timing MedianTiming(double median_ms) {
+  v1::Timing t;
+  t.set_median_ms(median_ms);
+  t.set_count(20);
+  return t;
+}
+
+// Strict UTF-8 check, independent of the code under test.
+bool IsValidUtf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t len;
+    uint32_t cp;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c >> 5) == 0x6) {
+      len = 2;
+      cp = c & 0x1f;
+    } else if ((c >> 4) == 0xe) {
+      len = 3;
+      cp = c & 0x0f;
+    } else if ((c >> 3) == 0x1e) {
+      len = 4;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + len > s.size()) return false;
+    for (size_t k = 1; k < len; ++k) {
+      const auto b = static_cast<unsigned char>(s[i + k]);
+      if ((b >> 6) != 0x2) return false;
+      cp = (cp << 6) | (b & 0x3f);
+    }
+    const uint32_t min[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+    i += len;
+  }
+  return true;
+}
+
+bool HasControlChars(std::string_view s) {
+  for (char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) return true;
+  }
+  return false;
+}
+
+// ---- Compile stage ----
+
+TEST(ResultMapperTest, CompileOkContinues) {
+  v1::EvaluateResult r;
+  EXPECT_TRUE(ApplyCompileStage(Reported(v1::StageReport::OK), r));
+  EXPECT_EQ(r.status(), v1::STATUS_UNSPECIFIED);
+}
+
+TEST(ResultMapperTest, CompileFailedIsCompileErrorWithLog) {
+  StageOutcome s = Reported(v1::StageReport::COMPILE_FAILED, "nvcc failed");
+  s.report->mutable_compile_log()->set_text("candidate.py:3: error: expected ';'");
+  s.report->mutable_compile_log()->set_first_error_line(3);
+  v1::EvaluateResult r;
+  EXPECT_FALSE(ApplyCompileStage(s, r));
+  EXPECT_EQ(r.status(), v1::COMPILE_ERROR);
+  EXPECT_EQ(r.message(), "nvcc failed");
+  EXPECT_EQ(r.compile_log().text(), "candidate.py:3: error: expected ';'");
+  EXPECT_EQ(r.compile_log().first_error_line(), 3u);
+}
+
+TEST(ResultMapperTest, CompileHarnessFailedIsInfraError) {
+  v1::EvaluateResult r;
+  EXPECT_FALSE(ApplyCompileStage(Reported(v1::StageReport::HARNESS_FAILED, "bug"), r));
+  EXPECT_EQ(r.status(), v1::INFRA_ERROR);
+  EXPECT_NE(r.message().find("bug"), std::string::npos);
+}
+
+TEST(ResultMapperTest, CompileUnexpectedOutcomeIsInfraError) {
+  v1::EvaluateResult r;
+  EXPECT_FALSE(ApplyCompileStage(Reported(v1::StageReport::INCORRECT), r));
+  EXPECT_EQ(r.status(), v1::INFRA_ERROR);
+  EXPECT_NE(r.message().find("INCORRECT"), std::string::npos) << r.message();
+}
+
+TEST(ResultMapperTest, SpawnFailureIsInfraError) {
+  for (const v1::Party party : {v1::PARTY_UNSPECIFIED, v1::CANDIDATE}) {
+    v1::EvaluateResult compile, run;
+    EXPECT_FALSE(ApplyCompileStage(Ended(End::kSpawnFailed, party), compile));
+    ApplyRunStage(Ended(End::kSpawnFailed, party), run);
+    EXPECT_EQ(compile.status(), v1::INFRA_ERROR);
+    EXPECT_EQ(run.status(), v1::INFRA_ERROR);
+    EXPECT_NE(run.message().find("No such file"), std::string::npos) << run.message();
+  }
+}
+
+TEST(ResultMapperTest, SignalInCandidateDuringCompileIsCompileError) {
+  v1::EvaluateResult r;
+  EXPECT_FALSE(ApplyCompileStage(Ended(End::kSignaled, v1::CANDIDATE), r));
+  EXPECT_EQ(r.status(), v1::COMPILE_ERROR);
+  EXPECT_EQ(r.runtime_error().phase(), v1::PHASE_COMPILE);
+  EXPECT_EQ(r.runtime_error().type(), "Crash");
+  EXPECT_NE(r.message().find("SIGSEGV"), std::string::npos) << r.message();
+}
+
+// ---- Abnormal ends, attributed to the last party ----
+
+TEST(ResultMapperTest, TimeoutAttributedToLastParty) {
+  struct Case {
+    v1::Party party;
+    v1::Status status;
+  };
+  for (const Case c : {Case{v1::CANDIDATE, v1::TIMEOUT}, Case{v1::REFERENCE, v1::REFERENCE_ERROR},
+                       Case{v1::HARNESS, v1::INFRA_ERROR},
+                       Case{v1::PARTY_UNSPECIFIED, v1::INFRA_ERROR}}) {
+    v1::EvaluateResult r;
+    ApplyRunStage(Ended(End::kTimedOut, c.party), r);
+    EXPECT_EQ(r.status(), c.status) << v1::Party_Name(c.party);
+    EXPECT_NE(r.message().find("wall-clock limit (3 s)"), std::string::npos) << r.message();
+    if (c.party == v1::CANDIDATE || c.party == v1::REFERENCE) {
+      EXPECT_EQ(r.runtime_error().type(), "Timeout");
+      EXPECT_EQ(r.runtime_error().phase(), v1::PHASE_RUN);
+    } else {
+      EXPECT_FALSE(r.has_runtime_error()) << v1::Party_Name(c.party);
+    }
+  }
+}
+
+TEST(ResultMapperTest, TimeoutInCompileStageAttributedToCandidate) {
+  v1::EvaluateResult r;
+  EXPECT_FALSE(ApplyCompileStage(Ended(End::kTimedOut, v1::CANDIDATE), r));
+  EXPECT_EQ(r.status(), v1::TIMEOUT);
+  EXPECT_EQ(r.runtime_error().phase(), v1::PHASE_COMPILE);
+}
+
+TEST(ResultMapperTest, CrashInCandidateDuringRunIsRuntimeError) {
+  v1::EvaluateResult r;
+  ApplyRunStage(Ended(End::kSignaled, v1::CANDIDATE), r);
+  EXPECT_EQ(r.status(), v1::RUNTIME_ERROR);
+  EXPECT_EQ(r.runtime_error().type(), "Crash");
+  EXPECT_EQ(r.runtime_error().phase(), v1::PHASE_RUN);
+  EXPECT_NE(r.message().find("killed by SIGSEGV"), std::string::npos) << r.message();
+}
+
+TEST(ResultMapperTest, CrashInHarnessIsInfraError) {
+  for (const v1::Party party : {v1::HARNESS, v1::PARTY_UNSPECIFIED}) {
+    v1::EvaluateResult run, compile;
+    ApplyRunStage(Ended(End::kSignaled, party), run);
+    EXPECT_FALSE(ApplyCompileStage(Ended(End::kSignaled, party), compile));
+    EXPECT_EQ(run.status(), v1::INFRA_ERROR) << v1::Party_Name(party);
+    EXPECT_EQ(compile.status(), v1::INFRA_ERROR) << v1::Party_Name(party);
+  }
+}
+
+TEST(ResultMapperTest, CrashInReferenceIsReferenceError) {
+  v1::EvaluateResult r;
+  ApplyRunStage(Ended(End::kSignaled, v1::REFERENCE), r);
+  EXPECT_EQ(r.status(), v1::REFERENCE_ERROR);
+}
+
+TEST(ResultMapperTest, ExitWithoutReportInCandidateIsRuntimeError) {
+  v1::EvaluateResult r;
+  ApplyRunStage(Ended(End::kExited, v1::CANDIDATE), r);
+  EXPECT_EQ(r.status(), v1::RUNTIME_ERROR);
+  EXPECT_EQ(r.runtime_error().type(), "ProcessExit");
+  EXPECT_NE(r.message().find("without a report"), std::string::npos) << r.message();
+}
+
+TEST(ResultMapperTest, OutputLimitAttributedToLastParty) {
+  v1::EvaluateResult candidate, reference, harness;
+  ApplyRunStage(Ended(End::kOutputLimit, v1::CANDIDATE), candidate);
+  ApplyRunStage(Ended(End::kOutputLimit, v1::REFERENCE), reference);
+  ApplyRunStage(Ended(End::kOutputLimit, v1::HARNESS), harness);
+  EXPECT_EQ(candidate.status(), v1::RUNTIME_ERROR);
+  EXPECT_EQ(candidate.runtime_error().type(), "OutputLimitExceeded");
+  EXPECT_EQ(reference.status(), v1::REFERENCE_ERROR);
+  EXPECT_EQ(harness.status(), v1::INFRA_ERROR);
+}
+
+TEST(ResultMapperTest, ProtocolErrorAttributedToLastParty) {
+  StageOutcome candidate = Ended(End::kExited, v1::CANDIDATE);
+  candidate.process.exit_code = 0;
+  candidate.protocol_error = "data after the final report";
+  StageOutcome harness = candidate;
+  harness.last_party = v1::HARNESS;
+
+  v1::EvaluateResult from_candidate, from_harness;
+  ApplyRunStage(candidate, from_candidate);
+  ApplyRunStage(harness, from_harness);
+  EXPECT_EQ(from_candidate.status(), v1::RUNTIME_ERROR);
+  EXPECT_NE(from_candidate.message().find("data after the final report"), std::string::npos)
+      << from_candidate.message();
+  EXPECT_EQ(from_harness.status(), v1::INFRA_ERROR);
+}
+
+// ---- Run stage with a report ----
+
+TEST(ResultMapperTest, RunOkIsCorrectWithSpeedup) {
+  v1::EvaluateResult r;
+  StageOutcome s = CorrectRun(r);
+  *s.report->mutable_candidate_timing() = MedianTiming(2.0);
+  *s.report->mutable_reference_timing() = MedianTiming(5.0);
+  s.report->mutable_fingerprint()->set_torch_version("2.5.0");
+  r.mutable_fingerprint()->set_hostname("node-1");
+  ApplyRunStage(s, r);
+  EXPECT_EQ(r.status(), v1::CORRECT);
+  EXPECT_EQ(r.message(), "correct on 5 trials");
+  EXPECT_EQ(r.trials_size(), 5);
+  EXPECT_DOUBLE_EQ(r.speedup(), 2.5);
+  EXPECT_DOUBLE_EQ(r.candidate_timing().median_ms(), 2.0);
+  EXPECT_DOUBLE_EQ(r.reference_timing().median_ms(), 5.0);
+  EXPECT_EQ(r.fingerprint().torch_version(), "2.5.0");
+  EXPECT_EQ(r.fingerprint().hostname(), "node-1");  // Host fields are kboxd's, kept.
+}
+
+TEST(ResultMapperTest, RunOkWithoutTimingsHasNoSpeedup) {
+  v1::EvaluateResult r;
+  ApplyRunStage(CorrectRun(r), r);
+  EXPECT_EQ(r.status(), v1::CORRECT);
+  EXPECT_DOUBLE_EQ(r.speedup(), 0.0);
+  EXPECT_FALSE(r.has_candidate_timing());
+}
+
+// A candidate can write a fake OK report to the result pipe; without the
+// trials to back it, it is not believed.
+TEST(ResultMapperTest, OkReportWithoutAllTrialsIsNotCorrect) {
+  for (int trials : {0, 4}) {
+    v1::EvaluateResult r;
+    ApplyRunStage(CorrectRun(r, trials), r);
+    EXPECT_EQ(r.status(), v1::RUNTIME_ERROR) << trials;
+    EXPECT_EQ(r.runtime_error().type(), "ResultChannelTampering");
+  }
+  v1::EvaluateResult r;
+  StageOutcome s = CorrectRun(r);
+  s.report->mutable_trials(2)->set_passed(false);
+  ApplyRunStage(s, r);
+  EXPECT_EQ(r.status(), v1::RUNTIME_ERROR);
+}
+
+TEST(ResultMapperTest, ZeroCandidateMedianGivesNoSpeedup) {
+  v1::EvaluateResult r;
+  StageOutcome s = CorrectRun(r);
+  *s.report->mutable_candidate_timing() = MedianTiming(0.0);
+  *s.report->mutable_reference_timing() = MedianTiming(5.0);
+  ApplyRunStage(s, r);
+  EXPECT_DOUBLE_EQ(r.speedup(), 0.0);
+}
+
+TEST(ResultMapperTest, IncorrectKeepsTrialsWithoutTiming) {
+  StageOutcome s = Reported(v1::StageReport::INCORRECT, "trial 2 differs");
+  s.report->add_trials()->set_passed(true);
+  auto* failed = s.report->add_trials();
+  failed->set_passed(false);
+  failed->set_max_abs_diff(0.75);
+  *s.report->mutable_candidate_timing() = MedianTiming(1.0);
+  *s.report->mutable_reference_timing() = MedianTiming(1.0);
+  v1::EvaluateResult r;
+  ApplyRunStage(s, r);
+  EXPECT_EQ(r.status(), v1::INCORRECT);
+  ASSERT_EQ(r.trials_size(), 2);
+  EXPECT_FALSE(r.trials(1).passed());
+  EXPECT_DOUBLE_EQ(r.trials(1).max_abs_diff(), 0.75);
+  EXPECT_FALSE(r.has_candidate_timing());
+  EXPECT_DOUBLE_EQ(r.speedup(), 0.0);
+}
+
+TEST(ResultMapperTest, CandidateFailedCarriesError) {
+  StageOutcome s = Reported(v1::StageReport::CANDIDATE_FAILED, "ValueError");
+  s.report->mutable_error()->set_type("ValueError");
+  s.report->mutable_error()->set_candidate_line(12);
+  v1::EvaluateResult r;
+  ApplyRunStage(s, r);
+  EXPECT_EQ(r.status(), v1::RUNTIME_ERROR);
+  EXPECT_EQ(r.runtime_error().type(), "ValueError");
+  EXPECT_EQ(r.runtime_error().candidate_line(), 12u);
+}
+
+TEST(ResultMapperTest, ReferenceFailedIsReferenceError) {
+  StageOutcome s = Reported(v1::StageReport::REFERENCE_FAILED, "reference raised");
+  s.report->mutable_error()->set_type("RuntimeError");
+  v1::EvaluateResult r;
+  ApplyRunStage(s, r);
+  EXPECT_EQ(r.status(), v1::REFERENCE_ERROR);
+  EXPECT_EQ(r.runtime_error().type(), "RuntimeError");
+}
+
+TEST(ResultMapperTest, RunHarnessFailedIsInfraError) {
+  v1::EvaluateResult r;
+  ApplyRunStage(Reported(v1::StageReport::HARNESS_FAILED, "oops"), r);
+  EXPECT_EQ(r.status(), v1::INFRA_ERROR);
+}
+
+TEST(ResultMapperTest, RunCompileFailedIsCompileError) {
+  StageOutcome s = Reported(v1::StageReport::COMPILE_FAILED);
+  s.report->mutable_compile_log()->set_text("log");
+  v1::EvaluateResult r;
+  ApplyRunStage(s, r);
+  EXPECT_EQ(r.status(), v1::COMPILE_ERROR);
+  EXPECT_EQ(r.compile_log().text(), "log");
+}
+
+// ---- Rewardable ----
+
+TEST(ResultMapperTest, RewardableOnlyWhenCorrect) {
+  for (const v1::Status status : {v1::CORRECT, v1::INCORRECT, v1::RUNTIME_ERROR, v1::TIMEOUT,
+                                  v1::INFRA_ERROR, v1::REFERENCE_ERROR, v1::REJECTED}) {
+    v1::EvaluateResult r;
+    r.set_status(status);
+    r.set_rewardable(true);  // Stale value must be overwritten.
+    FinalizeRewardable(r);
+    EXPECT_EQ(r.rewardable(), status == v1::CORRECT) << v1::Status_Name(status);
+  }
+}
+
+TEST(ResultMapperTest, RejectVerdictRemovesReward) {
+  v1::EvaluateResult r;
+  r.set_status(v1::CORRECT);
+  r.add_verdicts()->set_severity(v1::Verdict::INFO);
+  r.add_verdicts()->set_severity(v1::Verdict::REJECT);
+  FinalizeRewardable(r);
+  EXPECT_FALSE(r.rewardable());
+}
+
+TEST(ResultMapperTest, SuspiciousVerdictKeepsReward) {
+  v1::EvaluateResult r;
+  r.set_status(v1::CORRECT);
+  r.add_verdicts()->set_severity(v1::Verdict::SUSPICIOUS);
+  FinalizeRewardable(r);
+  EXPECT_TRUE(r.rewardable());
+}
+
+// ---- Sanitising ----
+
+TEST(ResultMapperTest, SanitizeKeepsValidTextNewlinesAndTabs) {
+  const std::string text = "line 1\n\tcol\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 \xe4\xb8\xad\n";
+  EXPECT_EQ(SanitizeTail(text, 1000), text);
+}
+
+TEST(ResultMapperTest, SanitizeReplacesOverlongEncoding) {
+  const std::string out = SanitizeTail("a\xc0\xaf" "b", 100);
+  EXPECT_TRUE(IsValidUtf8(out));
+  EXPECT_EQ(out.find('\xc0'), std::string::npos);
+  EXPECT_EQ(out.front(), 'a');
+  EXPECT_EQ(out.back(), 'b');
+  EXPECT_NE(out.find(kReplacement), std::string::npos);
+  EXPECT_EQ(out.find('/'), std::string::npos);  // Never decoded to the '/' it spells.
+}
+
+TEST(ResultMapperTest, SanitizeReplacesLoneSurrogate) {
+  const std::string out = SanitizeTail("x\xed\xa0\x80y", 100);
+  EXPECT_TRUE(IsValidUtf8(out)) << out;
+  EXPECT_EQ(out.find("\xed\xa0"), std::string::npos);
+  EXPECT_NE(out.find(kReplacement), std::string::npos);
+  EXPECT_EQ(out.substr(0, 1), "x");
+  EXPECT_EQ(out.back(), 'y');
+}
+
+TEST(ResultMapperTest, SanitizeReplacesTruncatedAndInvalidSequences) {
+  for (const std::string& in : {std::string("ab\xe2\x82"), std::string("\xf0\x9f\x98"),
+                               std::string("\x80\xbf"), std::string("\xf5\x80\x80\x80"),
+                               std::string("\xf4\x90\x80\x80"), std::string("\xe2\x28\xa1"),
+                               std::string("\xff\xfe")}) {
+    const std::string out = SanitizeTail(in, 100);
+    EXPECT_TRUE(IsValidUtf8(out)) << ::testing::PrintToString(in);
+    EXPECT_NE(out.find(kReplacement), std::string::npos) << ::testing::PrintToString(in);
+  }
+}
+
+TEST(ResultMapperTest, SanitizeReplacesControlCharacters) {
+  const std::string out = SanitizeTail(std::string("a\x01" "b\x1b[31m\x7f" "c\0d", 12), 100);
+  EXPECT_FALSE(HasControlChars(out)) << ::testing::PrintToString(out);
+  EXPECT_EQ(out, "a?b?[31m?c?d");
+}
+
+TEST(ResultMapperTest, SanitizeTurnsCarriageReturnIntoNewline) {
+  EXPECT_EQ(SanitizeTail("progress 10%\rprogress 20%\r\n", 100),
+            "progress 10%\nprogress 20%\n\n");
+}
+
+TEST(ResultMapperTest, SanitizeKeepsTheEnd) {
+  EXPECT_EQ(SanitizeTail("0123456789", 4), "6789");
+  EXPECT_EQ(SanitizeTail("0123456789", 10), "0123456789");
+  EXPECT_EQ(SanitizeTail("0123456789", 0), "");
+}
+
+TEST(ResultMapperTest, SanitizeCutInsideMultibyteStaysValid) {
+  // The cut lands on the continuation bytes of a 3-byte character.
+  const std::string out = SanitizeTail("\xe2\x82\xac" "abc", 5);
+  EXPECT_TRUE(IsValidUtf8(out));
+  EXPECT_TRUE(out.ends_with("abc"));
+}
+
+TEST(ResultMapperTest, SanitizeResultTextCleansEveryTextField) {
+  v1::EvaluateResult r;
+  r.set_message("bad\xff");
+  r.mutable_compile_log()->set_text("log\x01");
+  r.mutable_runtime_error()->set_type("T\xc0");
+  r.mutable_runtime_error()->set_message("m\x1b");
+  r.mutable_runtime_error()->set_traceback("tb\xed\xa0\x80");
+  r.add_trials()->set_failure("f\x7f");
+  r.set_output_tail(std::string(100, 'x') + "END");
+  SanitizeResultText(r, 10);
+  for (const std::string* text :
+       {&r.message(), &r.compile_log().text(), &r.runtime_error().type(),
+        &r.runtime_error().message(), &r.runtime_error().traceback(), &r.trials(0).failure(),
+        &r.output_tail()}) {
+    EXPECT_TRUE(IsValidUtf8(*text)) << ::testing::PrintToString(*text);
+    EXPECT_FALSE(HasControlChars(*text)) << ::testing::PrintToString(*text);
+  }
+  EXPECT_EQ(r.output_tail(), "xxxxxxxEND");
+  EXPECT_EQ(r.compile_log().text(), "log?");
+  // The sanitised result now encodes (protobuf refuses invalid UTF-8 in strings).
+  std::string wire;
+  EXPECT_TRUE(r.SerializeToString(&wire));
+}
+
+TEST(ResultMapperTest, SanitizeResultTextDoesNotCreateAbsentMessages) {
+  v1::EvaluateResult r;
+  r.set_message("ok");
+  SanitizeResultText(r, 100);
+  EXPECT_FALSE(r.has_compile_log());
+  EXPECT_FALSE(r.has_runtime_error());
+}
+
+// Replacement characters take three bytes; the bound still holds.
+TEST(ResultMapperTest, SanitizeTailNeverExceedsTheBound) {
+  for (size_t bound : {1u, 3u, 10u, 31u}) {
+    EXPECT_LE(SanitizeTail(std::string(40, '\xff'), bound).size(), bound) << bound;
+    // A cut through a multibyte character does not leave a fragment.
+    const std::string out = SanitizeTail("\xc3\xa9\xc3\xa9\xc3\xa9", bound);
+    EXPECT_LE(out.size(), bound);
+    EXPECT_EQ(out.find(kReplacement), std::string::npos) << bound;
+  }
+}
+
+}  // namespace
+}  // namespace kbox

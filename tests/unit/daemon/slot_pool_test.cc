@@ -1,0 +1,177 @@
+#include "daemon/slot_pool.h"
+
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <future>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace kbox {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Waits (bounded) until thread `tid` of this process is asleep in the kernel.
+// A waiter thread's only blocking call is the pool's condition variable, so
+// once it sleeps it holds its place in the queue. Polls /proc: the pool offers
+// no hook, and this avoids guessing with a fixed sleep.
+bool WaitUntilBlocked(pid_t tid) {
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  const std::string stat = "/proc/self/task/" + std::to_string(tid) + "/stat";
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::ifstream in(stat);
+    std::string line;
+    std::getline(in, line);
+    const auto paren = line.rfind(')');
+    if (paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'S') {
+      return true;
+    }
+    std::this_thread::yield();
+  }
+  return false;
+}
+
+pid_t CurrentTid() { return static_cast<pid_t>(::syscall(SYS_gettid)); }
+
+TEST(SlotPoolTest, AnonymousPoolHandsOutEverySlotOnce) {
+  SlotPool pool = SlotPool::Anonymous(3);
+  EXPECT_EQ(pool.size(), 3u);
+  EXPECT_EQ(pool.busy(), 0u);
+  auto a = pool.Acquire();
+  auto b = pool.Acquire();
+  auto c = pool.Acquire();
+  EXPECT_EQ(std::set<uint32_t>({a.slot(), b.slot(), c.slot()}), std::set<uint32_t>({0, 1, 2}));
+  EXPECT_EQ(pool.busy(), 3u);
+}
+
+TEST(SlotPoolTest, LeaseDestructorReleasesSlot) {
+  SlotPool pool = SlotPool::Anonymous(1);
+  {
+    auto lease = pool.Acquire();
+    EXPECT_EQ(lease.slot(), 0u);
+    EXPECT_TRUE(pool.IsBusy(0));
+    EXPECT_EQ(pool.busy(), 1u);
+  }
+  EXPECT_FALSE(pool.IsBusy(0));
+  EXPECT_EQ(pool.busy(), 0u);
+  auto again = pool.Acquire();  // Would block forever had the slot leaked.
+  EXPECT_EQ(again.slot(), 0u);
+}
+
+TEST(SlotPoolTest, MovedLeaseReleasesOnce) {
+  SlotPool pool = SlotPool::Anonymous(2);
+  std::optional<SlotPool::Lease> outer;
+  {
+    auto lease = pool.Acquire();
+    outer.emplace(std::move(lease));
+  }  // The moved-from lease is destroyed here and must not release.
+  EXPECT_EQ(pool.busy(), 1u);
+  EXPECT_TRUE(pool.IsBusy(outer->slot()));
+  outer.reset();
+  EXPECT_EQ(pool.busy(), 0u);
+}
+
+TEST(SlotPoolTest, GpuPoolHandsOutGivenIds) {
+  SlotPool pool({4, 7});
+  EXPECT_EQ(pool.size(), 2u);
+  auto first = pool.Acquire();
+  auto second = pool.Acquire();
+  EXPECT_EQ(first.slot(), 4u);
+  EXPECT_EQ(second.slot(), 7u);
+  EXPECT_TRUE(pool.IsBusy(4));
+  EXPECT_TRUE(pool.IsBusy(7));
+  EXPECT_FALSE(pool.IsBusy(0));
+  EXPECT_FALSE(pool.IsBusy(5));
+}
+
+TEST(SlotPoolTest, ReleasedSlotIsReused) {
+  SlotPool pool({4, 7});
+  std::optional<SlotPool::Lease> first(pool.Acquire());
+  auto second = pool.Acquire();
+  EXPECT_EQ(second.slot(), 7u);
+  first.reset();
+  EXPECT_FALSE(pool.IsBusy(4));
+  auto third = pool.Acquire();
+  EXPECT_EQ(third.slot(), 4u);
+}
+
+TEST(SlotPoolTest, AcquireBlocksUntilLeaseIsDestroyed) {
+  SlotPool pool = SlotPool::Anonymous(1);
+  std::optional<SlotPool::Lease> held(pool.Acquire());
+  std::atomic<bool> acquired{false};
+  std::promise<pid_t> tid;
+  std::thread waiter([&] {
+    tid.set_value(CurrentTid());
+    auto lease = pool.Acquire();
+    acquired = true;
+    EXPECT_EQ(lease.slot(), 0u);
+  });
+  ASSERT_TRUE(WaitUntilBlocked(tid.get_future().get()));
+  EXPECT_FALSE(acquired.load());
+  EXPECT_TRUE(pool.IsBusy(0));
+  held.reset();
+  waiter.join();  // Returns only if the release woke the waiter.
+  EXPECT_TRUE(acquired.load());
+  EXPECT_EQ(pool.busy(), 0u);
+}
+
+TEST(SlotPoolTest, WaitersAreServedInArrivalOrder) {
+  SlotPool pool = SlotPool::Anonymous(1);
+  std::optional<SlotPool::Lease> held(pool.Acquire());
+  std::mutex mu;
+  std::vector<int> order;
+  std::vector<std::thread> waiters;
+  constexpr int kWaiters = 4;
+  for (int i = 0; i < kWaiters; ++i) {
+    std::promise<pid_t> tid;
+    auto tid_future = tid.get_future();
+    waiters.emplace_back([&, i, tid = std::move(tid)]() mutable {
+      tid.set_value(CurrentTid());
+      auto lease = pool.Acquire();
+      std::lock_guard lock(mu);
+      order.push_back(i);
+    });
+    // Waiter i takes its ticket before waiter i+1 is started.
+    ASSERT_TRUE(WaitUntilBlocked(tid_future.get())) << "waiter " << i;
+  }
+  held.reset();
+  for (auto& t : waiters) t.join();
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3}));
+}
+
+TEST(SlotPoolTest, ManyThreadsNeverExceedPoolSize) {
+  SlotPool pool = SlotPool::Anonymous(2);
+  std::atomic<int> inside{0};
+  std::atomic<int> peak{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 200; ++i) {
+        auto lease = pool.Acquire();
+        const int now = ++inside;
+        int seen = peak.load();
+        while (now > seen && !peak.compare_exchange_weak(seen, now)) {
+        }
+        EXPECT_LT(lease.slot(), 2u);
+        --inside;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_LE(peak.load(), 2);
+  EXPECT_GE(peak.load(), 1);
+  EXPECT_EQ(pool.busy(), 0u);
+}
+
+}  // namespace
+}  // namespace kbox

@@ -1,0 +1,150 @@
+#include "worker/job_workspace.h"
+
+#include <sys/stat.h>
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <utility>
+
+#include "tests/unit/temp_dir.h"
+
+namespace kbox {
+namespace {
+
+namespace fs = std::filesystem;
+using kbox::testing::TempDir;
+
+std::string ReadAll(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+mode_t ModeOf(const fs::path& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return 0;
+  return st.st_mode & 07777;
+}
+
+TEST(JobWorkspaceTest, CreatesPrivateDirectoriesAndSources) {
+  TempDir tmp;
+  auto ws = JobWorkspace::Create(tmp.path(), "job1", "ref source", "cand source", false);
+  ASSERT_TRUE(ws) << ws.error();
+  EXPECT_EQ(ws->root(), tmp.path() / "jobs" / "job1");
+  EXPECT_EQ(ModeOf(ws->root()), 0700u);
+  for (const fs::path& dir : {ws->build_dir(), ws->home_dir(), ws->tmp_dir(), ws->triton_dir()}) {
+    EXPECT_TRUE(fs::is_directory(dir)) << dir;
+    EXPECT_EQ(ModeOf(dir), 0700u) << dir;
+    EXPECT_EQ(dir.parent_path(), ws->root()) << dir;
+  }
+  EXPECT_EQ(ReadAll(ws->reference_path()), "ref source");
+  EXPECT_EQ(ReadAll(ws->candidate_path()), "cand source");
+  EXPECT_EQ(ModeOf(ws->reference_path()), 0600u);
+  EXPECT_EQ(ModeOf(ws->candidate_path()), 0600u);
+}
+
+TEST(JobWorkspaceTest, RefusesExistingJobDirectoryAndLeavesItAlone) {
+  TempDir tmp;
+  auto first = JobWorkspace::Create(tmp.path(), "same", "r", "c", false);
+  ASSERT_TRUE(first);
+  {
+    auto second = JobWorkspace::Create(tmp.path(), "same", "r2", "c2", false);
+    ASSERT_FALSE(second);
+    EXPECT_NE(second.error().find("same"), std::string::npos) << second.error();
+  }
+  // The failed attempt must not have removed or rewritten the first job's files.
+  EXPECT_EQ(ReadAll(first->reference_path()), "r");
+  EXPECT_EQ(ReadAll(first->candidate_path()), "c");
+}
+
+TEST(JobWorkspaceTest, WriteFileCreatesNewFile) {
+  TempDir tmp;
+  auto ws = JobWorkspace::Create(tmp.path(), "job", "r", "c", false);
+  ASSERT_TRUE(ws);
+  EXPECT_EQ(ws->WriteFile("spec.json", "{}"), std::nullopt);
+  EXPECT_EQ(ReadAll(ws->root() / "spec.json"), "{}");
+}
+
+TEST(JobWorkspaceTest, WriteFileRefusesToOverwrite) {
+  TempDir tmp;
+  auto ws = JobWorkspace::Create(tmp.path(), "job", "original", "c", false);
+  ASSERT_TRUE(ws);
+  const auto error = ws->WriteFile("reference.py", "replaced");
+  ASSERT_TRUE(error.has_value());
+  EXPECT_NE(error->find("reference.py"), std::string::npos) << *error;
+  EXPECT_EQ(ReadAll(ws->reference_path()), "original");
+}
+
+TEST(JobWorkspaceTest, WriteFileDoesNotFollowSymlink) {
+  TempDir tmp;
+  const fs::path outside = tmp.path() / "outside.txt";
+  std::ofstream(outside) << "precious";
+  auto ws = JobWorkspace::Create(tmp.path(), "job", "r", "c", false);
+  ASSERT_TRUE(ws);
+  fs::create_symlink(outside, ws->root() / "X");
+
+  EXPECT_TRUE(ws->WriteFile("X", "attack").has_value());
+  EXPECT_EQ(ReadAll(outside), "precious");
+
+  // A dangling link must not be followed to create its target either.
+  const fs::path missing = tmp.path() / "created-through-link";
+  fs::create_symlink(missing, ws->root() / "Y");
+  EXPECT_TRUE(ws->WriteFile("Y", "attack").has_value());
+  EXPECT_FALSE(fs::exists(missing));
+}
+
+TEST(JobWorkspaceTest, DestructorRemovesTreeButNotLinkTargets) {
+  TempDir tmp;
+  const fs::path outside_dir = tmp.path() / "outside";
+  fs::create_directory(outside_dir);
+  std::ofstream(outside_dir / "keep.txt") << "keep";
+  std::ofstream(tmp.path() / "keep-file.txt") << "keep";
+  fs::path root;
+  {
+    auto ws = JobWorkspace::Create(tmp.path(), "job", "r", "c", false);
+    ASSERT_TRUE(ws);
+    root = ws->root();
+    fs::create_directory_symlink(outside_dir, ws->build_dir() / "link-to-dir");
+    fs::create_symlink(tmp.path() / "keep-file.txt", ws->root() / "link-to-file");
+    std::ofstream(ws->tmp_dir() / "scratch") << "x";
+  }
+  EXPECT_FALSE(fs::exists(fs::symlink_status(root)));
+  EXPECT_TRUE(fs::exists(outside_dir / "keep.txt"));
+  EXPECT_EQ(ReadAll(tmp.path() / "keep-file.txt"), "keep");
+}
+
+TEST(JobWorkspaceTest, KeepLeavesTreeInPlace) {
+  TempDir tmp;
+  fs::path root;
+  {
+    auto ws = JobWorkspace::Create(tmp.path(), "job", "r", "c", true);
+    ASSERT_TRUE(ws);
+    root = ws->root();
+  }
+  EXPECT_TRUE(fs::is_directory(root));
+  EXPECT_EQ(ReadAll(root / "candidate.py"), "c");
+}
+
+TEST(JobWorkspaceTest, MovedFromWorkspaceDoesNotRemoveTree) {
+  TempDir tmp;
+  auto created = JobWorkspace::Create(tmp.path(), "job", "r", "c", false);
+  ASSERT_TRUE(created);
+  const fs::path root = created->root();
+  {
+    std::optional<JobWorkspace> first(std::move(*created));
+    JobWorkspace owner(std::move(*first));
+    first.reset();  // The moved-from object's destructor must leave the tree alone.
+    EXPECT_EQ(owner.root(), root);
+    EXPECT_TRUE(fs::is_directory(root));
+  }
+  EXPECT_FALSE(fs::exists(root));
+}
+
+}  // namespace
+}  // namespace kbox

@@ -1,0 +1,331 @@
+#include "worker/stage_runner.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/unit/temp_dir.h"
+
+namespace kbox {
+namespace {
+
+namespace fs = std::filesystem;
+using kbox::testing::TempDir;
+using namespace std::chrono_literals;
+
+// ---- DecodeHarnessEvents ----
+
+TEST(DecodeHarnessEventsTest, EnterLinesUpdateLastParty) {
+  StageOutcome outcome;
+  DecodeHarnessEvents("{\"enter\":\"HARNESS\"}\n{\"enter\":\"REFERENCE\"}\n", outcome);
+  EXPECT_EQ(outcome.last_party, v1::REFERENCE);
+  EXPECT_FALSE(outcome.report.has_value());
+  EXPECT_EQ(outcome.protocol_error, "");
+}
+
+TEST(DecodeHarnessEventsTest, ParsesReport) {
+  StageOutcome outcome;
+  DecodeHarnessEvents(
+      "{\"enter\":\"HARNESS\"}\n{\"enter\":\"CANDIDATE\"}\n"
+      "{\"report\":{\"outcome\":\"OK\",\"message\":\"m\"}}\n",
+      outcome);
+  EXPECT_EQ(outcome.protocol_error, "");
+  EXPECT_EQ(outcome.last_party, v1::CANDIDATE);
+  ASSERT_TRUE(outcome.report.has_value());
+  EXPECT_EQ(outcome.report->outcome(), v1::StageReport::OK);
+  EXPECT_EQ(outcome.report->message(), "m");
+}
+
+TEST(DecodeHarnessEventsTest, ReportWithoutTrailingNewlineAndBlankLines) {
+  StageOutcome outcome;
+  DecodeHarnessEvents("\n{\"enter\":\"CANDIDATE\"}\n\n{\"report\":{\"outcome\":\"INCORRECT\"}}",
+                      outcome);
+  EXPECT_EQ(outcome.protocol_error, "");
+  ASSERT_TRUE(outcome.report.has_value());
+  EXPECT_EQ(outcome.report->outcome(), v1::StageReport::INCORRECT);
+}
+
+TEST(DecodeHarnessEventsTest, EmptyStreamLeavesNothing) {
+  StageOutcome outcome;
+  DecodeHarnessEvents("", outcome);
+  EXPECT_EQ(outcome.last_party, v1::PARTY_UNSPECIFIED);
+  EXPECT_FALSE(outcome.report.has_value());
+  EXPECT_EQ(outcome.protocol_error, "");
+}
+
+TEST(DecodeHarnessEventsTest, MalformedLineKeepsLastPartyAndDropsReport) {
+  StageOutcome outcome;
+  DecodeHarnessEvents(
+      "{\"enter\":\"CANDIDATE\"}\n{\"report\":{\"outcome\":\"OK\"\n"
+      "{\"report\":{\"outcome\":\"OK\"}}\n",
+      outcome);
+  EXPECT_NE(outcome.protocol_error.find("malformed"), std::string::npos)
+      << outcome.protocol_error;
+  EXPECT_FALSE(outcome.report.has_value());
+  EXPECT_EQ(outcome.last_party, v1::CANDIDATE);
+}
+
+TEST(DecodeHarnessEventsTest, DataAfterReportClearsReport) {
+  StageOutcome outcome;
+  DecodeHarnessEvents(
+      "{\"enter\":\"CANDIDATE\"}\n{\"report\":{\"outcome\":\"OK\"}}\n{\"enter\":\"HARNESS\"}\n",
+      outcome);
+  EXPECT_EQ(outcome.protocol_error, "data after the final report");
+  EXPECT_FALSE(outcome.report.has_value());
+  EXPECT_EQ(outcome.last_party, v1::CANDIDATE);
+}
+
+TEST(DecodeHarnessEventsTest, SecondReportIsProtocolError) {
+  // A candidate that forges a report of its own after the harness's.
+  StageOutcome outcome;
+  DecodeHarnessEvents(
+      "{\"report\":{\"outcome\":\"INCORRECT\"}}\n{\"report\":{\"outcome\":\"OK\"}}\n", outcome);
+  EXPECT_FALSE(outcome.protocol_error.empty());
+  EXPECT_FALSE(outcome.report.has_value());
+}
+
+TEST(DecodeHarnessEventsTest, UnknownFieldIsProtocolError) {
+  StageOutcome outcome;
+  DecodeHarnessEvents("{\"enter\":\"CANDIDATE\"}\n{\"report\":{\"outcome\":\"OK\",\"bogus\":1}}\n",
+                      outcome);
+  EXPECT_NE(outcome.protocol_error.find("bogus"), std::string::npos) << outcome.protocol_error;
+  EXPECT_FALSE(outcome.report.has_value());
+  EXPECT_EQ(outcome.last_party, v1::CANDIDATE);
+}
+
+TEST(DecodeHarnessEventsTest, EmptyEventIsProtocolError) {
+  StageOutcome outcome;
+  DecodeHarnessEvents("{}\n", outcome);
+  EXPECT_EQ(outcome.protocol_error, "empty harness event");
+  EXPECT_FALSE(outcome.report.has_value());
+}
+
+TEST(DecodeHarnessEventsTest, AcceptsNanStringInDoubleField) {
+  StageOutcome outcome;
+  DecodeHarnessEvents(
+      "{\"report\":{\"outcome\":\"INCORRECT\",\"trials\":[{\"seed\":\"7\",\"passed\":false,"
+      "\"max_abs_diff\":\"NaN\",\"max_rel_diff\":\"Infinity\"}]}}\n",
+      outcome);
+  EXPECT_EQ(outcome.protocol_error, "");
+  ASSERT_TRUE(outcome.report.has_value());
+  ASSERT_EQ(outcome.report->trials_size(), 1);
+  EXPECT_TRUE(std::isnan(outcome.report->trials(0).max_abs_diff()));
+  EXPECT_TRUE(std::isinf(outcome.report->trials(0).max_rel_diff()));
+  EXPECT_EQ(outcome.report->trials(0).seed(), 7u);
+}
+
+// ---- StageRunner ----
+
+// Returns the value of NAME in `env`, or nullopt when absent.
+std::optional<std::string> EnvValue(const std::vector<std::string>& env, const std::string& name) {
+  const std::string prefix = name + "=";
+  for (const auto& kv : env) {
+    if (kv.starts_with(prefix)) return kv.substr(prefix.size());
+  }
+  return std::nullopt;
+}
+
+bool IsInside(const fs::path& path, const fs::path& dir) {
+  const auto rel = path.lexically_relative(dir);
+  return !rel.empty() && *rel.begin() != "..";
+}
+
+HarnessSettings TestSettings(const fs::path& harness_dir) {
+  HarnessSettings settings;
+  settings.python = "/usr/bin/python3";
+  settings.harness_dir = harness_dir;
+  settings.build_jobs = 3;
+  settings.max_output_bytes = 12345;
+  return settings;
+}
+
+class StageRunnerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto ws = JobWorkspace::Create(tmp_.path(), "job", "ref", "cand", false);
+    ASSERT_TRUE(ws) << ws.error();
+    ws_.emplace(std::move(*ws));
+  }
+
+  TempDir tmp_;
+  std::optional<JobWorkspace> ws_;
+};
+
+TEST_F(StageRunnerTest, BuildProcessSpecRunsHarnessInWorkspace) {
+  const StageRunner runner(TestSettings("/opt/kbox/harness"));
+  StagePlacement placement;
+  placement.wall_limit = 1234ms;
+  const ProcessSpec spec = runner.BuildProcessSpec(*ws_, "/x/spec.json", placement);
+  EXPECT_EQ(spec.argv, (std::vector<std::string>{"/usr/bin/python3", "-s", "-B",
+                                                 "/opt/kbox/harness/kbox_stage.py", "--spec",
+                                                 "/x/spec.json", "--result-fd", "3"}));
+  EXPECT_EQ(spec.cwd, ws_->root().string());
+  EXPECT_EQ(spec.wall_limit, 1234ms);
+  EXPECT_EQ(spec.max_output_bytes, 12345u);
+  EXPECT_EQ(spec.result_fd, 3);
+}
+
+TEST_F(StageRunnerTest, EnvironmentPointsIntoWorkspace) {
+  const StageRunner runner(TestSettings("/h"));
+  const ProcessSpec spec = runner.BuildProcessSpec(*ws_, "/x/spec.json", StagePlacement{});
+  for (const char* name : {"HOME", "TMPDIR", "TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR",
+                           "CUDA_CACHE_PATH"}) {
+    const auto value = EnvValue(spec.env, name);
+    ASSERT_TRUE(value.has_value()) << name;
+    EXPECT_TRUE(IsInside(*value, ws_->root())) << name << "=" << *value;
+  }
+  EXPECT_EQ(EnvValue(spec.env, "HOME"), ws_->home_dir().string());
+  EXPECT_EQ(EnvValue(spec.env, "TMPDIR"), ws_->tmp_dir().string());
+  EXPECT_EQ(EnvValue(spec.env, "TORCH_EXTENSIONS_DIR"), ws_->build_dir().string());
+  EXPECT_EQ(EnvValue(spec.env, "MAX_JOBS"), "3");
+}
+
+TEST_F(StageRunnerTest, NoGpuHidesEveryDevice) {
+  const StageRunner runner(TestSettings("/h"));
+  const ProcessSpec spec = runner.BuildProcessSpec(*ws_, "/x/spec.json", StagePlacement{});
+  EXPECT_EQ(EnvValue(spec.env, "CUDA_VISIBLE_DEVICES"), "");
+  EXPECT_EQ(EnvValue(spec.env, "TORCH_CUDA_ARCH_LIST"), std::nullopt);
+}
+
+TEST_F(StageRunnerTest, GpuPlacementShowsOnlyThatDevice) {
+  const StageRunner runner(TestSettings("/h"));
+  StagePlacement placement;
+  placement.gpu = 3;
+  placement.cuda_arch = "9.0";
+  const ProcessSpec spec = runner.BuildProcessSpec(*ws_, "/x/spec.json", placement);
+  EXPECT_EQ(EnvValue(spec.env, "CUDA_VISIBLE_DEVICES"), "3");
+  EXPECT_EQ(EnvValue(spec.env, "TORCH_CUDA_ARCH_LIST"), "9.0");
+}
+
+TEST_F(StageRunnerTest, InheritsOnlyListedVariables) {
+  const char* old_path = std::getenv("PATH");
+  const std::string saved_path = old_path ? old_path : "";
+  ASSERT_EQ(::setenv("KBOX_SECRET_TOKEN", "hunter2", 1), 0);
+  ASSERT_EQ(::setenv("CUDA_HOME", "/opt/cuda-test", 1), 0);
+  ASSERT_EQ(::setenv("PATH", "/kbox/test/bin:/usr/bin", 1), 0);
+  const StageRunner runner(TestSettings("/h"));
+  ::unsetenv("KBOX_SECRET_TOKEN");
+  ::unsetenv("CUDA_HOME");
+  if (old_path) ::setenv("PATH", saved_path.c_str(), 1);
+  const ProcessSpec spec = runner.BuildProcessSpec(*ws_, "/x/spec.json", StagePlacement{});
+
+  EXPECT_EQ(EnvValue(spec.env, "KBOX_SECRET_TOKEN"), std::nullopt);
+  EXPECT_EQ(EnvValue(spec.env, "CUDA_HOME"), "/opt/cuda-test");
+  EXPECT_EQ(EnvValue(spec.env, "PATH"), "/kbox/test/bin:/usr/bin");
+  for (const auto& kv : spec.env) {
+    EXPECT_EQ(kv.find("hunter2"), std::string::npos) << kv;
+  }
+  // Every variable is one kbox sets or one on the inherited list.
+  const std::vector<std::string> allowed = {
+      "PATH", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "HOME", "TMPDIR",
+      "TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "CUDA_CACHE_PATH", "PYTHONUNBUFFERED",
+      "PYTHONDONTWRITEBYTECODE", "LANG", "MAX_JOBS", "CUDA_VISIBLE_DEVICES",
+      "TORCH_CUDA_ARCH_LIST"};
+  for (const auto& kv : spec.env) {
+    const std::string name = kv.substr(0, kv.find('='));
+    EXPECT_NE(std::find(allowed.begin(), allowed.end(), name), allowed.end()) << kv;
+  }
+}
+
+TEST_F(StageRunnerTest, DefaultsPathWhenUnset) {
+  const char* old = std::getenv("PATH");
+  const std::string saved = old ? old : "";
+  ::unsetenv("PATH");
+  const StageRunner runner(TestSettings("/h"));
+  if (old) ::setenv("PATH", saved.c_str(), 1);
+  const ProcessSpec spec = runner.BuildProcessSpec(*ws_, "/x/spec.json", StagePlacement{});
+  EXPECT_EQ(EnvValue(spec.env, "PATH"), "/usr/local/bin:/usr/bin:/bin");
+}
+
+// A stand-in for the Python interpreter: a shell script that receives the
+// harness's command line and speaks the result-pipe protocol.
+fs::path WriteFakeInterpreter(const fs::path& dir, const std::string& body) {
+  const fs::path path = dir / "fake-python";
+  std::ofstream(path) << "#!/bin/sh\n" << body;
+  fs::permissions(path, fs::perms::owner_all);
+  return path;
+}
+
+std::string ReadAll(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+TEST_F(StageRunnerTest, RunWritesSpecAndDecodesReport) {
+  // $5 is the spec path: after python's "-s -B kbox_stage.py --spec".
+  HarnessSettings settings = TestSettings(tmp_.path());
+  settings.python = WriteFakeInterpreter(tmp_.path(),
+                                         "/bin/cp \"$5\" \"$HOME/seen_spec.json\"\n"
+                                         "printf '{\"enter\":\"HARNESS\"}\\n' >&3\n"
+                                         "printf '{\"enter\":\"CANDIDATE\"}\\n' >&3\n"
+                                         "printf '{\"report\":{\"outcome\":\"OK\"}}\\n' >&3\n")
+                        .string();
+  const StageRunner runner(settings);
+  v1::StageSpec spec;
+  spec.set_stage(v1::STAGE_COMPILE);
+  spec.set_correctness_trials(4);
+  StagePlacement placement;
+  placement.wall_limit = 30s;
+  const StageOutcome outcome = runner.Run(*ws_, spec, placement);
+
+  EXPECT_EQ(outcome.process.end, ProcessOutcome::End::kExited) << outcome.process.spawn_error;
+  EXPECT_EQ(outcome.process.exit_code, 0) << outcome.process.output_tail;
+  EXPECT_EQ(outcome.protocol_error, "");
+  EXPECT_EQ(outcome.last_party, v1::CANDIDATE);
+  ASSERT_TRUE(outcome.report.has_value());
+  EXPECT_EQ(outcome.report->outcome(), v1::StageReport::OK);
+
+  EXPECT_TRUE(fs::exists(ws_->root() / "compile_spec.json"));
+  const std::string seen = ReadAll(ws_->home_dir() / "seen_spec.json");
+  EXPECT_NE(seen.find("\"stage\":\"STAGE_COMPILE\""), std::string::npos) << seen;
+  EXPECT_NE(seen.find("\"correctness_trials\":4"), std::string::npos) << seen;
+}
+
+TEST_F(StageRunnerTest, RunReportsCrashWithLastParty) {
+  HarnessSettings settings = TestSettings(tmp_.path());
+  settings.python = WriteFakeInterpreter(tmp_.path(),
+                                         "printf '{\"enter\":\"REFERENCE\"}\\n' >&3\n"
+                                         "kill -SEGV $$\n")
+                        .string();
+  const StageRunner runner(settings);
+  v1::StageSpec spec;
+  spec.set_stage(v1::STAGE_RUN);
+  StagePlacement placement;
+  placement.wall_limit = 30s;
+  const StageOutcome outcome = runner.Run(*ws_, spec, placement);
+
+  EXPECT_EQ(outcome.process.end, ProcessOutcome::End::kSignaled);
+  EXPECT_EQ(outcome.process.term_signal, SIGSEGV);
+  EXPECT_EQ(outcome.last_party, v1::REFERENCE);
+  EXPECT_FALSE(outcome.report.has_value());
+  EXPECT_TRUE(fs::exists(ws_->root() / "run_spec.json"));
+}
+
+TEST_F(StageRunnerTest, RunRefusesToReuseSpecFile) {
+  HarnessSettings settings = TestSettings(tmp_.path());
+  settings.python = "/bin/true";
+  const StageRunner runner(settings);
+  v1::StageSpec spec;
+  spec.set_stage(v1::STAGE_RUN);
+  ASSERT_FALSE(ws_->WriteFile("run_spec.json", "{}").has_value());
+  const StageOutcome outcome = runner.Run(*ws_, spec, StagePlacement{});
+  EXPECT_EQ(outcome.process.end, ProcessOutcome::End::kSpawnFailed);
+  EXPECT_NE(outcome.process.spawn_error.find("run_spec.json"), std::string::npos)
+      << outcome.process.spawn_error;
+}
+
+}  // namespace
+}  // namespace kbox
