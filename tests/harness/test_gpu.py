@@ -1,0 +1,67 @@
+"""GPU backends (CUDA load_inline, Triton); skipped where no GPU is visible."""
+import os
+
+import pytest
+import torch
+
+from test_stages import Job, _check, marker_line
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def _arch():
+    major, minor = torch.cuda.get_device_capability(0)
+    return "%d.%d" % (major, minor)
+
+
+def _run(job, stage, backend, **overrides):
+    # As kboxd does: no GPU in the compile stage, the job's one GPU in the run stage.
+    env = {"TORCH_CUDA_ARCH_LIST": _arch(),
+           "CUDA_VISIBLE_DEVICES": "" if stage == "STAGE_COMPILE" else
+           os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0] or "0"}
+    return job.run(stage, env_overrides=env, backend=backend, **overrides)
+
+
+def test_cuda_load_inline_compile_then_run(tmp_path):
+    job = Job(tmp_path, "cand_cuda_add.py", reference="ref_gpu_add.py")
+    _check(_run(job, "STAGE_COMPILE", "BACKEND_CUDA"), "OK")
+    report = _check(_run(job, "STAGE_RUN", "BACKEND_CUDA"), "OK")
+    fp = report["fingerprint"]
+    assert fp["device_name"] != "cpu" and fp["compute_capability"] == _arch()
+    assert fp["cuda_version"] and fp["driver_version"]
+    assert report["candidate_timing"]["method"] == "cuda_event+device_sync"
+    assert report["candidate_timing"]["median_ms"] > 0
+    assert report["phase_ms"]["import_candidate"] < 10000  # loaded, not rebuilt
+
+
+def test_fp16_precision(tmp_path):
+    # Inputs and models are cast to fp16; the Triton kernel follows the dtype.
+    job = Job(tmp_path, "cand_triton_add.py", reference="ref_gpu_add.py")
+    report = _check(_run(job, "STAGE_RUN", "BACKEND_TRITON", precision="PRECISION_FP16",
+                         atol=1e-2, rtol=1e-2), "OK")
+    assert len(report["trials"]) == 3
+
+
+def test_nvcc_error_names_candidate_line(tmp_path):
+    job = Job(tmp_path, "cand_cuda_error.py", reference="ref_gpu_add.py")
+    report = _check(_run(job, "STAGE_COMPILE", "BACKEND_CUDA"), "COMPILE_FAILED")
+    line = marker_line("cand_cuda_error.py", "CUDA-ERROR")
+    assert "candidate.py:%d" % line in report["compile_log"]["text"], report["compile_log"]
+    assert report["compile_log"]["first_error_line"] == line
+
+
+def test_triton_run_ok(tmp_path):
+    job = Job(tmp_path, "cand_triton_add.py", reference="ref_gpu_add.py")
+    _check(_run(job, "STAGE_COMPILE", "BACKEND_TRITON"), "OK")
+    report = _check(_run(job, "STAGE_RUN", "BACKEND_TRITON"), "OK")
+    assert report["fingerprint"]["triton_version"]
+
+
+def test_async_fault_is_the_candidates(tmp_path):
+    job = Job(tmp_path, "cand_cuda_async_fault.py", reference="ref_gpu_add.py")
+    result = _run(job, "STAGE_RUN", "BACKEND_TRITON")
+    # Either the fault surfaces at our sync as an exception, or the process
+    # dies; in both cases the candidate is the last party announced.
+    if result.report is not None:
+        assert result.report["outcome"] == "CANDIDATE_FAILED", result.report
+        assert result.parties[-2] == "CANDIDATE"

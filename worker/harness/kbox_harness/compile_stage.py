@@ -1,0 +1,34 @@
+"""STAGE_COMPILE: import the candidate with no device so its extensions build."""
+from . import candidate_import, errors, fingerprint, protocol, sanitize
+
+
+def run(spec, pipe):
+    pipe.enter(protocol.HARNESS)
+    import torch  # noqa: F401  (imported under HARNESS: a crash here is ours)
+    scrubber = candidate_import.default_scrubber(spec)
+    report = {"fingerprint": fingerprint.software()}
+    imp = candidate_import.import_candidate(spec, pipe)
+    report["phase_ms"] = {"import_candidate": imp.ms}
+
+    if imp.build_failed:
+        # Checked first: even if the candidate caught the failure and fell back
+        # to something else, its extension did not build.
+        message, log = candidate_import.build_failure(spec, imp, scrubber)
+        report.update(outcome="COMPILE_FAILED", message=message, compile_log=log)
+        return report
+    syntax = imp.syntax_error(spec.candidate_path)
+    if syntax is not None:
+        message, log = candidate_import.syntax_failure(spec, syntax, scrubber)
+        report.update(outcome="COMPILE_FAILED", message=message, compile_log=log)
+        return report
+    if imp.exc is not None:
+        # No device here: top-level code touching CUDA fails now but not in
+        # the run stage, which imports again and reports the error properly.
+        line = sanitize.sanitize(errors.exception_line(imp.exc), scrubber)
+        report.update(outcome="OK", message=errors.one_line(
+            "import deferred to the run stage: " + line))
+        return report
+    names = [c["name"] for c in imp.hook.calls]
+    report.update(outcome="OK", message=("built %s" % ", ".join(names)) if names
+                  else "imported; no extension to build")
+    return report

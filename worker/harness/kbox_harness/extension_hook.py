@@ -1,0 +1,145 @@
+"""Wraps torch.utils.cpp_extension.load_inline / load while the candidate loads.
+
+The wrapper records the source strings (so a failed build's diagnostics can be
+mapped back to candidate.py) and turns a failed build into ExtensionBuildFailed,
+which aborts the candidate's import. The attributes are patched before the
+candidate runs, so `from torch.utils.cpp_extension import load_inline` binds
+the wrapper.
+"""
+import contextlib
+import functools
+import inspect
+import os
+import subprocess
+
+from . import sanitize
+
+
+class ExtensionBuildFailed(BaseException):
+    """Private: a BaseException so that a candidate's `except Exception:`
+    fallback does not swallow it (the failure is recorded anyway)."""
+
+
+class InfraError(BaseException):
+    """The build machinery itself is unusable (e.g. ninja missing): kbox's fault."""
+
+
+def _as_list(value):
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    try:
+        return [v for v in value if isinstance(v, str)]
+    except TypeError:
+        return []
+
+
+class ExtensionHook(object):
+    def __init__(self, build_dir=""):
+        self.build_dir = build_dir
+        self.calls = []       # one dict per load/load_inline call, in order
+        self.failure = None   # dict(call=..., output=str) for the first failed build
+        self._module = None
+        self._originals = {}
+
+    def install(self):
+        import torch.utils.cpp_extension as ce
+        self._module = ce
+        for name in ("load_inline", "load"):
+            original = getattr(ce, name, None)
+            if original is not None and not getattr(original, "_kbox_wrapped", False):
+                self._originals[name] = original
+                setattr(ce, name, self._wrap(original, name))
+        return self
+
+    @contextlib.contextmanager
+    def _keep_unchanged_sources(self, ext_dir):
+        """Old torch (no _maybe_write, e.g. 1.13) rewrites main.cpp/cuda.cu on
+        every load_inline, so ninja would rebuild in the run stage what the
+        compile stage built. Restore the mtime of files whose content did not
+        change just before ninja runs. Newer torch needs nothing."""
+        ce = self._module
+        build = getattr(ce, "_write_ninja_file_and_build_library", None)
+        if hasattr(ce, "_maybe_write") or build is None or not ext_dir or \
+                not os.path.isdir(ext_dir):
+            yield
+            return
+        before = {}
+        for entry in os.listdir(ext_dir):
+            path = os.path.join(ext_dir, entry)
+            if entry.endswith((".cpp", ".cu")) and os.path.isfile(path):
+                with open(path, "rb") as f:
+                    before[path] = (f.read(), os.stat(path))
+
+        @functools.wraps(build)
+        def build_keeping_mtimes(*args, **kwargs):
+            for path, (data, st) in before.items():
+                try:
+                    with open(path, "rb") as f:
+                        if f.read() == data:
+                            os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+                except OSError:
+                    pass
+            return build(*args, **kwargs)
+
+        ce._write_ninja_file_and_build_library = build_keeping_mtimes
+        try:
+            yield
+        finally:
+            ce._write_ninja_file_and_build_library = build
+
+    def _ext_dir(self, name, build_directory):
+        if build_directory:
+            return str(build_directory)
+        root = os.environ.get("TORCH_EXTENSIONS_DIR") or self.build_dir
+        return os.path.join(root, name) if root and name else ""
+
+    def _wrap(self, original, kind):
+        try:
+            sig = inspect.signature(original)
+        except (TypeError, ValueError):
+            sig = None
+
+        @functools.wraps(original)
+        def wrapper(*args, **kwargs):
+            try:
+                bound = sig.bind(*args, **kwargs)
+            except Exception:
+                return original(*args, **kwargs)  # let torch report the bad call
+            a = bound.arguments
+            if kind == "load_inline":
+                sources = {key: _as_list(a.get(key))
+                           for key in ("cpp_sources", "cuda_sources", "sycl_sources") if key in a}
+            else:
+                sources = {"sources": _as_list(a.get("sources"))}
+            name = str(a.get("name", ""))
+            call = {"kind": kind, "name": name, "sources": sources,
+                    "ext_dir": self._ext_dir(name, a.get("build_directory"))}
+            self.calls.append(call)
+            if "verbose" in sig.parameters:
+                # verbose=True sends ninja's output to fd 1 instead of the
+                # exception: force capture so a failure's log can be mapped.
+                a["verbose"] = False
+            try:
+                with self._keep_unchanged_sources(call["ext_dir"]):
+                    return original(*bound.args, **bound.kwargs)
+            except subprocess.CalledProcessError as e:
+                output = e.output
+            except RuntimeError as e:
+                text = str(e)
+                if "Ninja is required" in text:
+                    raise InfraError(text)
+                if "Error building extension" not in text:
+                    raise
+                cause = e.__cause__
+                output = getattr(cause, "output", None) or text
+            except ImportError as e:
+                # The library built but does not load (undefined symbol, ...).
+                output = "%s: %s" % (type(e).__name__, e)
+            if self.failure is None:
+                self.failure = {"call": call, "output": sanitize.to_text(output)}
+            raise ExtensionBuildFailed("extension %r failed to build" % name)
+
+        wrapper._kbox_wrapped = True
+        return wrapper

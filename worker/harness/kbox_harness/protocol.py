@@ -1,0 +1,149 @@
+"""Spec reader and result-pipe writer for kbox.v1.StageSpec / HarnessEvent.
+
+The daemon parses every line with protobuf's strict JSON parser (unknown fields
+rejected, no bare NaN), so everything written goes through `json_safe`.
+"""
+import json
+import math
+import os
+
+# Captured before any client code runs: the candidate may patch os or json.
+_os_write = os.write
+_dumps = json.dumps
+
+HARNESS = "HARNESS"
+REFERENCE = "REFERENCE"
+CANDIDATE = "CANDIDATE"
+
+_STAGES = {0: "STAGE_UNSPECIFIED", 1: "STAGE_COMPILE", 2: "STAGE_RUN"}
+_BACKENDS = {0: "BACKEND_UNSPECIFIED", 1: "BACKEND_CPU", 2: "BACKEND_CUDA", 3: "BACKEND_TRITON"}
+_PRECISIONS = {0: "PRECISION_UNSPECIFIED", 1: "PRECISION_FP32", 2: "PRECISION_FP16",
+               3: "PRECISION_BF16"}
+
+DEFAULT_MAX_LOG_BYTES = 64 * 1024
+DEFAULT_CORRECTNESS_TRIALS = 5
+
+
+def _enum(value, names):
+    # proto3 JSON allows an enum as its name or its number; C++ writes names.
+    if value is None:
+        return names[0]
+    if isinstance(value, int):
+        return names.get(value, names[0])
+    return str(value)
+
+
+def _int(value):
+    # uint64/int64 arrive as JSON strings, uint32 as numbers; absent means 0.
+    if value is None or value == "":
+        return 0
+    return int(value)
+
+
+def _float(value):
+    # Doubles may arrive as numbers or as "NaN"/"Infinity" strings.
+    if value is None or value == "":
+        return 0.0
+    return float(value)
+
+
+class StageSpec(object):
+    """A kbox.v1.StageSpec with proto3 defaults filled in for absent fields."""
+
+    def __init__(self, d):
+        self.stage = _enum(d.get("stage"), _STAGES)
+        self.reference_path = str(d.get("reference_path") or "")
+        self.candidate_path = str(d.get("candidate_path") or "")
+        self.build_dir = str(d.get("build_dir") or "")
+        self.backend = _enum(d.get("backend"), _BACKENDS)
+        self.precision = _enum(d.get("precision"), _PRECISIONS)
+        self.seed = _int(d.get("seed"))
+        self.atol = _float(d.get("atol"))
+        self.rtol = _float(d.get("rtol"))
+        # 0 never means "no trials": that would make any candidate "correct".
+        self.correctness_trials = _int(d.get("correctness_trials")) or DEFAULT_CORRECTNESS_TRIALS
+        self.measure_performance = bool(d.get("measure_performance", False))
+        self.performance_trials = _int(d.get("performance_trials"))
+        self.warmup_calls = _int(d.get("warmup_calls"))
+        self.max_log_bytes = _int(d.get("max_log_bytes")) or DEFAULT_MAX_LOG_BYTES
+
+    @property
+    def is_gpu(self):
+        return self.backend != "BACKEND_CPU"
+
+
+def read_spec(path):
+    with open(path, "r", encoding="utf-8") as f:
+        return StageSpec(json.load(f))
+
+
+def _clean_str(s):
+    # Lone surrogates (from surrogateescape'd paths) are not valid UTF-8.
+    return s.encode("utf-8", "replace").decode("utf-8")
+
+
+def json_safe(obj):
+    """Converts obj to values strict proto3 JSON accepts (non-finite doubles as strings)."""
+    if isinstance(obj, bool) or obj is None:
+        return obj
+    if isinstance(obj, int):
+        return int(obj)
+    if isinstance(obj, float):
+        if math.isnan(obj):
+            return "NaN"
+        if math.isinf(obj):
+            return "Infinity" if obj > 0 else "-Infinity"
+        return obj
+    if isinstance(obj, str):
+        return _clean_str(obj)
+    if isinstance(obj, dict):
+        return {_clean_str(str(k)): json_safe(v) for k, v in obj.items() if v is not None}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    if hasattr(obj, "__float__"):  # numpy / torch scalars
+        return json_safe(float(obj))
+    return _clean_str(str(obj))
+
+
+def encode_line(obj):
+    return (_dumps(json_safe(obj), separators=(",", ":"), allow_nan=False,
+                   ensure_ascii=False) + "\n").encode("utf-8")
+
+
+class ResultPipe(object):
+    """Writes HarnessEvent lines to the result fd; one os.write per line."""
+
+    def __init__(self, fd):
+        self.fd = fd
+        self.party = None
+        self.reported = False
+        try:
+            # Child processes (ninja, compilers, candidate subprocesses) must not
+            # inherit the result pipe.
+            os.set_inheritable(fd, False)
+        except OSError:
+            pass
+
+    def _write(self, data):
+        n = _os_write(self.fd, data)
+        while n < len(data):  # Only after a signal interrupted a large write.
+            data = data[n:]
+            n = _os_write(self.fd, data)
+
+    def enter(self, party):
+        """Announces whose code runs next; repeated announcements are elided."""
+        if party != self.party:
+            self._write(encode_line({"enter": party}))
+            self.party = party
+
+    def report(self, report):
+        if self.reported:
+            return
+        try:
+            data = encode_line({"report": report})
+        except Exception as e:  # A harness bug must still end in a parseable report.
+            data = encode_line({"report": {
+                "outcome": "HARNESS_FAILED",
+                "message": "harness could not encode its report: %s: %s" % (type(e).__name__, e)}})
+        self.reported = True
+        self._write(data)

@@ -1,0 +1,55 @@
+"""Entry point logic: read the spec, run the stage, always end with a report."""
+import argparse
+import os
+import sys
+
+from . import errors, protocol, sanitize
+
+
+def _harness_failed(exc, phase, spec):
+    max_bytes = spec.max_log_bytes if spec else protocol.DEFAULT_MAX_LOG_BYTES
+    scrubber = sanitize.PathScrubber(spec.candidate_path, spec.reference_path,
+                                     spec.build_dir) if spec else None
+    return {
+        "outcome": "HARNESS_FAILED",
+        "message": errors.one_line("harness failed: " + sanitize.sanitize(
+            errors.exception_line(exc), scrubber)),
+        "error": errors.runtime_error(exc, phase, scrubber, max_bytes),
+    }
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description="kbox evaluation harness stage")
+    parser.add_argument("--spec", required=True)
+    parser.add_argument("--result-fd", type=int, required=True)
+    args = parser.parse_args(argv)
+
+    pipe = protocol.ResultPipe(args.result_fd)
+    pipe.enter(protocol.HARNESS)
+    spec = None
+    phase = "PHASE_UNSPECIFIED"
+    try:
+        spec = protocol.read_spec(args.spec)
+        if spec.stage == "STAGE_COMPILE":
+            phase = "PHASE_COMPILE"
+            from . import compile_stage
+            report = compile_stage.run(spec, pipe)
+        elif spec.stage == "STAGE_RUN":
+            phase = "PHASE_RUN"
+            from . import run_stage
+            report = run_stage.run(spec, pipe)
+        else:
+            raise ValueError("unknown stage %r" % spec.stage)
+    except BaseException as e:  # anything reaching here is kbox's own failure
+        pipe.enter(protocol.HARNESS)
+        report = _harness_failed(e, phase, spec)
+    pipe.enter(protocol.HARNESS)
+    pipe.report(report)
+    # Skip interpreter teardown: client threads, atexit hooks or CUDA teardown
+    # must not hang or crash the process after the report (nothing may follow it).
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    os._exit(0)

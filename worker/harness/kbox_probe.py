@@ -1,0 +1,36 @@
+"""Prints one JSON object describing the worker's Python, torch and GPUs.
+
+Usage: python3 -s -B kbox_probe.py
+"""
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from kbox_harness import fingerprint  # noqa: E402
+
+
+def probe():
+    info = {"python_version": fingerprint.python_version(), "torch_version": "",
+            "cuda_version": "", "triton_version": fingerprint.triton_version(allow_import=True),
+            "driver_version": fingerprint.driver_version(), "gpus": []}
+    try:
+        import torch
+    except Exception:
+        return info
+    info["torch_version"] = str(torch.__version__)
+    info["cuda_version"] = str(torch.version.cuda or "")
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            props = torch.cuda.get_device_properties(i)
+            info["gpus"].append({"index": i, "name": str(props.name),
+                                 "compute_capability": "%d.%d" % (props.major, props.minor),
+                                 "memory_bytes": int(props.total_memory)})
+    return info
+
+
+if __name__ == "__main__":
+    sys.stdout.write(json.dumps(probe()) + "\n")
+    sys.stdout.flush()
+    sys.exit(0)
