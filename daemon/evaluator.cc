@@ -110,9 +110,17 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
   auto* durations = result.mutable_durations();
   std::string output;
 
+  auto shutting_down = [&] {
+    if (!cancelled_.load()) return false;
+    result.set_status(v1::INFRA_ERROR);
+    result.set_message("kboxd is shutting down; retry the job");
+    return true;
+  };
   {
     auto compile_slot = compile_slots_.Acquire();
+    if (shutting_down()) return;
     StagePlacement placement;
+    placement.cancel = &cancelled_;
     placement.cuda_arch = gpu_backend ? cuda_arch_list_ : "";
     placement.wall_limit = std::chrono::seconds(config_.compile_time_limit_s());
     StageOutcome compiled = runner_.Run(*ws, MakeSpec(*ws, settings, v1::STAGE_COMPILE), placement);
@@ -128,7 +136,9 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
   auto device = gpu_backend ? gpu_slots_.Acquire() : cpu_slots_.Acquire();
   durations->set_queue_wait_ms(MsBetween(queued, Clock::now()));
 
+  if (shutting_down()) return;
   StagePlacement placement;
+  placement.cancel = &cancelled_;
   if (gpu_backend) {
     // Same arch list as the build: load_inline re-derives its flags in the
     // run stage, and different flags would make ninja rebuild on the GPU.

@@ -32,6 +32,10 @@ class Evaluator {
   v1::EvaluateResult Evaluate(const v1::EvaluateRequest& request,
                               const v1::EffectiveSettings& settings, Clock::time_point received);
 
+  // Ends every running and queued job as INFRA_ERROR (kboxd's shutdown
+  // deadline passed); their processes are killed within kCancelPollInterval.
+  void CancelAll() { cancelled_.store(true); }
+
   const HostInfo& host() const { return host_; }
   const SlotPool& gpu_slots() const { return gpu_slots_; }
 
@@ -51,6 +55,7 @@ class Evaluator {
   SlotPool gpu_slots_;
   std::string cuda_arch_list_;  // TORCH_CUDA_ARCH_LIST covering every GPU in use.
   std::atomic<uint64_t> job_counter_{0};
+  std::atomic<bool> cancelled_{false};
   std::string job_id_prefix_;
 };
 

@@ -147,7 +147,12 @@ int main(int argc, char** argv) {
         [&]() -> asio::awaitable<void> {
           asio::steady_timer timer(io);
           const auto deadline = std::chrono::steady_clock::now() + kDrainDeadline;
-          while (handler.jobs_in_flight() > 0 && std::chrono::steady_clock::now() < deadline) {
+          while (handler.jobs_in_flight() > 0) {
+            if (std::chrono::steady_clock::now() >= deadline) {
+              // Running jobs end as INFRA_ERROR (retryable) and their
+              // processes die; their clients still get an answer.
+              evaluator.CancelAll();
+            }
             timer.expires_after(std::chrono::milliseconds(100));
             co_await timer.async_wait(asio::use_awaitable);
           }

@@ -34,6 +34,10 @@ void ApplyAbnormalEnd(const StageOutcome& s, v1::Phase phase, EvaluateResult& r)
     Set(r, v1::INFRA_ERROR, stage + " could not be started: " + p.spawn_error);
     return;
   }
+  if (p.end == ProcessOutcome::End::kCancelled) {
+    Set(r, v1::INFRA_ERROR, stage + " " + how + "; retry the job");
+    return;
+  }
   if (p.end == ProcessOutcome::End::kTimedOut) {
     const std::string msg =
         stage + " ran past its wall-clock limit (" + std::to_string(static_cast<int>(p.wall_ms / 1000)) +

@@ -210,8 +210,16 @@ ProcessOutcome RunProcess(const ProcessSpec& spec) {
     std::array<pollfd, 3> fds{{{output_r.get(), POLLIN, 0},
                                {result_r.get(), POLLIN, 0},
                                {main_exited ? -1 : pidfd.get(), POLLIN, 0}}};
-    const auto wait_ms =
-        std::chrono::duration_cast<std::chrono::milliseconds>(limit - now).count() + 1;
+    if (spec.cancel && spec.cancel->load() && !main_exited) {
+      out.end = ProcessOutcome::End::kCancelled;
+      KillGroup(pid);
+      Reap(pid, pidfd.get(), out);
+      break;
+    }
+    auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(limit - now) +
+                std::chrono::milliseconds(1);
+    if (spec.cancel) wait = std::min(wait, kCancelPollInterval);
+    const auto wait_ms = wait.count();
     if (::poll(fds.data(), fds.size(), static_cast<int>(wait_ms)) < 0) {
       if (errno == EINTR) continue;
       break;
@@ -275,6 +283,8 @@ std::string DescribeEnd(const ProcessOutcome& outcome) {
       return "killed after writing more than the output limit";
     case ProcessOutcome::End::kSpawnFailed:
       return "could not be started: " + outcome.spawn_error;
+    case ProcessOutcome::End::kCancelled:
+      return "killed because kboxd is shutting down";
   }
   return "unknown";
 }

@@ -10,6 +10,7 @@
 // the group with setsid() is out of reach here; the sandbox's pid namespace
 // closes that gap.)
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -35,7 +36,13 @@ struct ProcessSpec {
   // File descriptor number at which the child finds the write end of the
   // result channel.
   int result_fd = 3;
+  // When set and it becomes true, the group is killed and the run ends as
+  // kCancelled within kCancelPollInterval (kboxd's shutdown deadline).
+  const std::atomic<bool>* cancel = nullptr;
 };
+
+// How often a running process checks ProcessSpec::cancel.
+inline constexpr std::chrono::milliseconds kCancelPollInterval{200};
 
 struct ProcessOutcome {
   enum class End {
@@ -44,6 +51,7 @@ struct ProcessOutcome {
     kTimedOut,      // The wall-clock limit expired; the group was killed.
     kOutputLimit,   // stdout+stderr passed max_output_bytes; the group was killed.
     kSpawnFailed,   // fork or exec failed; see spawn_error. kbox's fault.
+    kCancelled,     // ProcessSpec::cancel was set; the group was killed. kbox's doing.
   };
   End end = End::kSpawnFailed;
   int exit_code = -1;

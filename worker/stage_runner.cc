@@ -84,6 +84,7 @@ ProcessSpec StageRunner::BuildProcessSpec(const JobWorkspace& ws, const std::str
   }
   p.cwd = ws.root().string();
   p.wall_limit = placement.wall_limit;
+  p.cancel = placement.cancel;
   p.max_output_bytes = settings_.max_output_bytes;
   return p;
 }

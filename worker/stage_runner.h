@@ -34,6 +34,8 @@ struct StagePlacement {
   // TORCH_CUDA_ARCH_LIST for builds ("9.0"); empty: torch's default.
   std::string cuda_arch;
   std::chrono::milliseconds wall_limit{60'000};
+  // Shutdown flag; see ProcessSpec::cancel.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 // What a stage process left behind, decoded.

@@ -61,7 +61,11 @@ int ReportHttpError(const kbox::HttpReply& reply) {
   kbox::v1::ErrorResponse error;
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = true;
-  if (google::protobuf::util::JsonStringToMessage(reply.body, &error, options).ok()) {
+  // kboxd answers in the request's encoding: binary for `kbox eval`.
+  const bool parsed = reply.content_type.starts_with("application/x-protobuf")
+                          ? error.ParseFromString(reply.body)
+                          : google::protobuf::util::JsonStringToMessage(reply.body, &error, options).ok();
+  if (parsed) {
     std::cerr << "kbox: server refused the request (" << reply.status << ")"
               << (error.field().empty() ? "" : " [" + error.field() + "]") << ": "
               << error.message() << "\n";

@@ -477,5 +477,18 @@ TEST(ResultMapperTest, SanitizeTailNeverExceedsTheBound) {
   }
 }
 
+// Jobs cut short by kboxd's shutdown are kbox's doing: retryable, never the
+// candidate's fault, whatever party was running.
+TEST(ResultMapperTest, CancelledStageIsInfraError) {
+  for (v1::Party party : {v1::CANDIDATE, v1::REFERENCE, v1::HARNESS}) {
+    v1::EvaluateResult compile, run;
+    EXPECT_FALSE(ApplyCompileStage(Ended(End::kCancelled, party), compile));
+    ApplyRunStage(Ended(End::kCancelled, party), run);
+    EXPECT_EQ(compile.status(), v1::INFRA_ERROR);
+    EXPECT_EQ(run.status(), v1::INFRA_ERROR);
+    EXPECT_NE(run.message().find("shutting down"), std::string::npos) << run.message();
+  }
+}
+
 }  // namespace
 }  // namespace kbox

@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -154,6 +155,28 @@ TEST(ProcessRunnerTest, TimeoutKillsWholeProcessGroup) {
   const std::vector<pid_t> pids = ParsePids(out.result);
   ASSERT_EQ(pids.size(), 2u) << out.result;
   for (pid_t pid : pids) ExpectKilledAndGone(pid);
+}
+
+// kboxd's shutdown deadline: a cancel flag set while the job runs kills the
+// whole group promptly and says so.
+TEST(ProcessRunnerTest, CancelFlagKillsWholeProcessGroup) {
+  SubreaperScope reaper;
+  ASSERT_TRUE(reaper.ok());
+  std::atomic<bool> cancel{false};
+  ProcessSpec spec = Shell("sleep 300 & echo $! >&3; echo started; wait");
+  spec.cancel = &cancel;
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(300ms);  // Let the shell start its child.
+    cancel.store(true);
+  });
+  const ProcessOutcome out = RunProcess(spec);
+  canceller.join();
+  EXPECT_EQ(out.end, End::kCancelled);
+  EXPECT_LT(out.wall_ms, 300 + 5 * kCancelPollInterval.count());
+  EXPECT_EQ(DescribeEnd(out), "killed because kboxd is shutting down");
+  const std::vector<pid_t> pids = ParsePids(out.result);
+  ASSERT_EQ(pids.size(), 1u) << out.result;
+  ExpectKilledAndGone(pids[0]);
 }
 
 TEST(ProcessRunnerTest, KillsBackgroundChildrenOfExitedParent) {

@@ -1,0 +1,190 @@
+"""Shared helpers of the kboxd integration tests (stdlib only).
+
+Paths:
+  KBOX_BIN_DIR     directory holding kboxd and kbox (default <repo>/build/bin)
+  KBOX_SHARED_DIR  the shared test material (default <repo>/../shared); the
+                   corpus is read from its corpus/ folder and never copied.
+"""
+import glob
+import http.client
+import json
+import os
+import socket
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+CASES = os.path.join(HERE, "cases")
+PYTHON = "/usr/bin/python3"
+EXAMPLE_DIR = os.path.join(REPO, "docs", "examples", "bias_relu")
+
+# Job parameters shared by conftest.py (which submits) and the tests (which check).
+SPIN_TIME_LIMIT_S = 10     # run-stage limit of the job that never returns
+HONEST_SEED = "20240917"   # sent as a JSON string
+WRONG_SEED = 7             # sent as a JSON number
+
+
+def bin_dir():
+    return os.path.abspath(os.environ.get("KBOX_BIN_DIR") or os.path.join(REPO, "build", "bin"))
+
+
+def shared_dir():
+    return os.path.abspath(os.environ.get("KBOX_SHARED_DIR") or os.path.join(REPO, "..", "shared"))
+
+
+def corpus_legit_dir():
+    return os.path.join(shared_dir(), "corpus", "legit")
+
+
+def corpus_cpu_cases():
+    """Ids of the CPU cases in <shared>/corpus/legit, sorted."""
+    return sorted(os.path.basename(os.path.dirname(p))
+                  for p in glob.glob(os.path.join(corpus_legit_dir(), "*_cpu", "expect.json")))
+
+
+def case_path(name):
+    return os.path.join(CASES, name)
+
+
+def read(path):
+    with open(path, "r", encoding="utf-8") as f:
+        return f.read()
+
+
+def marker_line(path, marker):
+    """1-based line of the first line of `path` containing `marker`."""
+    with open(path, "r", encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if marker in line:
+                return n
+    raise AssertionError("marker %r not found in %s" % (marker, path))
+
+
+# -- HTTP -----------------------------------------------------------------------
+
+class Reply(object):
+    def __init__(self, status, headers, body, wall_s):
+        self.status = status
+        self.headers = headers      # dict, lower-case names
+        self.body = body            # bytes
+        self.wall_s = wall_s
+
+    @property
+    def text(self):
+        return self.body.decode("utf-8", "replace")
+
+    def json(self):
+        return json.loads(self.body.decode("utf-8"))
+
+    def __repr__(self):
+        return "Reply(%d, %s)" % (self.status, self.text[:2000])
+
+
+def request(port, method, path, body=None, content_type=None, timeout=60, headers=None):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    hdrs = dict(headers or {})
+    if content_type is not None:
+        hdrs["Content-Type"] = content_type
+    t0 = time.monotonic()
+    try:
+        conn.request(method, path, body=body, headers=hdrs)
+        res = conn.getresponse()
+        data = res.read()
+        return Reply(res.status, {k.lower(): v for k, v in res.getheaders()}, data,
+                     time.monotonic() - t0)
+    finally:
+        conn.close()
+
+
+def post_json(port, payload, timeout=60, path="/v1/evaluate"):
+    body = payload if isinstance(payload, (bytes, str)) else json.dumps(payload)
+    if isinstance(body, str):
+        body = body.encode("utf-8")
+    return request(port, "POST", path, body, "application/json", timeout=timeout)
+
+
+def raw_exchange(port, head, body_chunks=(), timeout=15):
+    """Sends `head` then each chunk of `body_chunks` over one raw socket and
+    returns (bytes the server sent back, the error that ended sending or None).
+    The server may answer and close early; that is what these tests look for."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    send_error = None
+    try:
+        try:
+            sock.sendall(head)
+            for chunk in body_chunks:
+                sock.sendall(chunk)
+        except OSError as e:  # reset or broken pipe after the server gave up
+            send_error = e
+        received = b""
+        try:
+            while True:
+                data = sock.recv(65536)
+                if not data:
+                    break
+                received += data
+        except OSError:
+            pass
+        return received, send_error
+    finally:
+        sock.close()
+
+
+def status_of(raw):
+    """HTTP status code at the start of a raw response, or None."""
+    if not raw.startswith(b"HTTP/1."):
+        return None
+    try:
+        return int(raw.split(b" ", 2)[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def json_of(raw):
+    return json.loads(raw.split(b"\r\n\r\n", 1)[1].decode("utf-8"))
+
+
+def closed_port():
+    """A local TCP port nobody listens on (bound, then released)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+# -- processes ------------------------------------------------------------------
+
+def processes_mentioning(path, exclude_pids=()):
+    """(pid, cmdline) of live processes whose argv contains `path` or whose
+    working directory lies inside it."""
+    needle = path.encode()
+    hits = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in exclude_pids:
+            continue
+        try:
+            with open("/proc/%s/cmdline" % entry, "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+        try:
+            cwd = os.readlink("/proc/%s/cwd" % entry)
+        except OSError:
+            cwd = ""
+        try:
+            with open("/proc/%s/stat" % entry, "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            state = b"?"
+        if state == b"Z":
+            continue  # a zombie has exited; its parent just has not reaped it yet
+        if needle in cmdline or cwd == path or cwd.startswith(path + "/"):
+            hits.append((int(entry), cmdline.replace(b"\0", b" ").decode("utf-8", "replace")))
+    return hits
+
+
+def describe(result):
+    """Compact text of an EvaluateResult dict for assertion messages."""
+    keep = {k: v for k, v in result.items() if k != "fingerprint"}
+    return json.dumps(keep, indent=1)[:6000]

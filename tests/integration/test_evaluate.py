@@ -1,0 +1,153 @@
+"""POST /v1/evaluate end to end: one job per outcome, all submitted at session
+start by the `jobs` fixture (conftest.py); each test waits for its own."""
+import os
+
+import pytest
+
+import kbox_it as it
+from kbox_it import describe
+
+SPIN_TIME_LIMIT_S = it.SPIN_TIME_LIMIT_S
+HONEST_SEED = it.HONEST_SEED            # sent as a JSON string
+WRONG_SEED = str(it.WRONG_SEED)         # sent as a JSON number, echoed as a string
+
+
+def no_reject(result):
+    return all(v.get("severity") != "REJECT" for v in result.get("verdicts", []))
+
+
+def test_honest_candidate_is_correct_and_timed(jobs, daemon):
+    r = jobs.result("honest")
+    assert r["status"] == "CORRECT", describe(r)
+    assert r["rewardable"] is True, describe(r)
+    assert no_reject(r)
+    assert r["job_id"]
+    assert "compile_log" not in r and "runtime_error" not in r, describe(r)
+
+    s = r["settings"]
+    assert s["seed"] == HONEST_SEED          # uint64: a JSON string, echoed as sent
+    assert s["backend"] == "BACKEND_CPU"
+    assert s["precision"] == "PRECISION_FP32"
+    assert s["correctness_trials"] == 5
+    assert s["measure_performance"] is True
+    assert s["time_limit_s"] == 60           # the config's default_time_limit_s
+    assert s["atol"] == pytest.approx(1e-4) and s["rtol"] == pytest.approx(1e-4)
+
+    trials = r["trials"]
+    assert len(trials) == 5, describe(r)
+    assert all(t["passed"] for t in trials), describe(r)
+    assert all(t["max_abs_diff"] <= 1e-4 for t in trials), describe(r)
+    assert all("first_mismatch" not in t for t in trials), describe(r)
+    assert len({t["seed"] for t in trials}) == 5, "trial seeds must differ"
+
+    for key in ("candidate_timing", "reference_timing"):
+        t = r[key]
+        assert t["count"] > 0, describe(r)
+        assert t["count"] == s["performance_trials"]
+        assert 0 < t["min_ms"] <= t["median_ms"] <= t["max_ms"], t
+        assert t["method"] == "perf_counter", t
+    assert r["speedup"] > 0
+    assert r["speedup"] == pytest.approx(
+        r["reference_timing"]["median_ms"] / r["candidate_timing"]["median_ms"], rel=1e-6)
+
+    d = r["durations"]
+    assert d["compile_ms"] > 0 and d["run_ms"] > 0
+    assert d["total_ms"] >= d["compile_ms"] + d["run_ms"] - 1.0
+
+    fp = r["fingerprint"]
+    assert fp["torch_version"], fp
+    assert fp["python_version"], fp
+    assert fp["device_name"] == "cpu"
+    assert fp["kbox_version"] == it.request(daemon.port, "GET", "/v1/info").json()["kbox_version"]
+
+
+def test_cpp_syntax_error_points_at_candidate_line(jobs, daemon):
+    r = jobs.result("cpp_syntax_error")
+    line = it.marker_line(it.case_path("cand_cpp_syntax_error.py"), "KBOX_IT_SYNTAX_ERROR")
+    assert r["status"] == "COMPILE_ERROR", describe(r)
+    assert r["rewardable"] is False
+    log = r["compile_log"]
+    assert "candidate.py:%d" % line in log["text"], describe(r)
+    assert log["first_error_line"] == line, describe(r)
+    # The log is made safe to show: no host paths of the job.
+    assert daemon.work_dir not in log["text"]
+    assert daemon.work_dir not in r.get("output_tail", "")
+    assert r["trials"] == []
+    assert "candidate_timing" not in r and r["speedup"] == 0
+
+
+def test_wrong_arithmetic_is_incorrect(jobs):
+    r = jobs.result("off_by_one")
+    assert r["status"] == "INCORRECT", describe(r)
+    assert r["rewardable"] is False
+    assert r["settings"]["seed"] == WRONG_SEED   # sent as a JSON number
+    trials = r["trials"]
+    assert trials, describe(r)
+    for t in trials:
+        assert t["passed"] is False, describe(r)
+        # Every 7th element is off by exactly +1 (the values themselves lie in [-1, 1]).
+        assert t["max_abs_diff"] == pytest.approx(1.0, abs=1e-5), t
+        assert t["mismatch_fraction"] == pytest.approx(1.0 / 7.0, abs=1e-6), t
+        m = t["first_mismatch"]
+        assert m["output_index"] == 0
+        assert [int(i) for i in m["index"]] == [0, 0], m   # flat index 0 is the first bad one
+        assert m["actual"] - m["expected"] == pytest.approx(1.0, abs=1e-5), m
+        assert -1.0 <= m["expected"] <= 1.0
+    assert "candidate_timing" not in r and r["speedup"] == 0
+
+
+def test_exception_in_forward_is_runtime_error(jobs):
+    r = jobs.result("raises")
+    line = it.marker_line(it.case_path("cand_raises.py"), "KBOX_IT_RAISE")
+    assert r["status"] == "RUNTIME_ERROR", describe(r)
+    assert r["rewardable"] is False
+    e = r["runtime_error"]
+    assert e["type"] == "KboxIntegrationError", e
+    assert "deliberate failure from the integration test" in e["message"], e
+    assert e["candidate_line"] == line, e
+    assert e["phase"] == "PHASE_RUN", e
+    assert "candidate.py" in e["traceback"], e
+    assert "kbox_harness" not in e["traceback"], "harness frames must not be shown: %s" % e
+
+
+def test_infinite_loop_times_out_and_leaves_no_process(jobs, daemon):
+    r = jobs.result("spins_forever")
+    assert r["status"] == "TIMEOUT", describe(r)
+    assert r["rewardable"] is False
+    assert r["settings"]["time_limit_s"] == SPIN_TIME_LIMIT_S
+    assert r["runtime_error"]["phase"] == "PHASE_RUN", describe(r)
+    assert "trials" not in r or all(not t["passed"] for t in r["trials"])
+    run_ms = r["durations"]["run_ms"]
+    # Killed at the limit: not before it, and not long after it.
+    assert SPIN_TIME_LIMIT_S * 1000 * 0.95 <= run_ms <= SPIN_TIME_LIMIT_S * 1000 + 10000, run_ms
+
+    # Every process of the job (the stage and the child it forked, both with
+    # the job directory in their argv and as cwd) was gone within 2 s of the
+    # reply (scanned by conftest as soon as it arrived), and still is.
+    left = jobs.reply("spins_forever").leftover_processes
+    assert left == [], "processes of the timed-out job alive after the reply: %s" % left
+    job_dir = os.path.join(daemon.work_dir, "jobs", r["job_id"])
+    left = it.processes_mentioning(job_dir, exclude_pids=(daemon.pid, os.getpid()))
+    assert not left, "processes of the timed-out job still alive: %s" % left
+    assert not os.path.exists(job_dir), "job directory not removed after the result"
+
+
+def test_reference_error_in_get_inputs(jobs):
+    r = jobs.result("reference_error")
+    assert r["status"] == "REFERENCE_ERROR", describe(r)
+    assert r["rewardable"] is False
+    e = r["runtime_error"]
+    assert e["type"] == "BrokenProblemError", e
+    assert "reference get_inputs is broken on purpose" in e["message"], e
+    assert e["candidate_line"] == 0, e
+    assert r["trials"] == []
+
+
+def test_client_request_id_echoed_and_job_ids_unique(jobs):
+    ids = set()
+    for name in jobs.http_job_names():
+        r = jobs.result(name)
+        assert r["client_request_id"] == "it-" + name, describe(r)
+        assert r["job_id"] not in ids, "job id %s reused" % r["job_id"]
+        ids.add(r["job_id"])
+        assert r["fingerprint"]["torch_version"], describe(r)
