@@ -153,6 +153,8 @@ HttpResponse ApiHandler::Info() const {
   info.set_max_body_bytes(config_.max_body_bytes());
   info.set_default_correctness_trials(policy_.limits().default_correctness_trials);
   info.set_max_time_limit_s(config_.max_time_limit_s());
+  info.set_sandboxed(evaluator_.sandbox().settings.has_value());
+  info.set_sandbox(evaluator_.sandbox().description);
   return Reply(http::status::ok, info, Encoding::kJson);
 }
 

@@ -67,6 +67,11 @@ boost::system::result<v1::DaemonConfig, FieldError> ApplyConfigDefaults(v1::Daem
   if (c.warmup_calls() == 0) c.set_warmup_calls(3);
   if (c.max_output_bytes() == 0) c.set_max_output_bytes(8 * kMiB);
   if (c.max_log_bytes() == 0) c.set_max_log_bytes(16 << 10);
+  if (c.sandbox_uid() == 0) c.set_sandbox_uid(65534);
+  if (c.sandbox_gid() == 0) c.set_sandbox_gid(65534);
+  if (c.job_scratch_bytes() == 0) c.set_job_scratch_bytes(4ull << 30);
+  if (c.job_memory_bytes() == 0) c.set_job_memory_bytes(8ull << 30);
+  if (c.job_pids() == 0) c.set_job_pids(1024);
 
   if (c.max_body_bytes() > 64 * kMiB) return FieldError{"max_body_bytes", "must be at most 64 MiB"};
   if (c.max_source_bytes() > c.max_body_bytes()) {
@@ -87,6 +92,13 @@ boost::system::result<v1::DaemonConfig, FieldError> ApplyConfigDefaults(v1::Daem
     return FieldError{"max_correctness_trials", "must be at most 10000"};
   }
   if (c.max_log_bytes() > 1 << 20) return FieldError{"max_log_bytes", "must be at most 1 MiB"};
+  if (c.job_pids() < 64) return FieldError{"job_pids", "must be at least 64 (PyTorch starts many threads)"};
+  if (c.job_memory_bytes() < 256 * kMiB) return FieldError{"job_memory_bytes", "must be at least 256 MiB"};
+  for (const auto& path : c.sandbox_ro_paths()) {
+    if (path.empty() || path.front() != '/') {
+      return FieldError{"sandbox_ro_paths", "must be absolute paths, got '" + path + "'"};
+    }
+  }
   for (const auto& b : c.backends()) {
     if (b != "cpu" && b != "cuda" && b != "triton") {
       return FieldError{"backends", "unknown backend '" + b + "' (cpu, cuda, triton)"};
@@ -109,6 +121,8 @@ boost::system::result<CommandLine, FieldError> ParseCommandLine(int argc,
       "work-dir", po::value(&work_dir), "directory for per-job working directories")(
       "harness-dir", po::value(&harness_dir), "directory of the evaluation harness")(
       "keep-job-dirs", "keep job directories after the result is sent")(
+      "danger-insecure-no-sandbox",
+      "run candidates WITHOUT the sandbox (development on hosts without namespaces only)")(
       "cpu-run-slots", po::value(&cpu_slots), "CPU-backend run stages at once")(
       "compile-workers", po::value(&compile_workers), "compile stages at once")(
       "max-in-flight-jobs", po::value(&max_in_flight), "jobs accepted at once")(
@@ -147,6 +161,7 @@ boost::system::result<CommandLine, FieldError> ParseCommandLine(int argc,
   if (!work_dir.empty()) c.set_work_dir(std::filesystem::absolute(work_dir).string());
   if (!harness_dir.empty()) c.set_harness_dir(std::filesystem::absolute(harness_dir).string());
   if (vm.count("keep-job-dirs")) c.set_keep_job_dirs(true);
+  if (vm.count("danger-insecure-no-sandbox")) c.set_danger_insecure_no_sandbox(true);
   if (cpu_slots) c.set_cpu_run_slots(cpu_slots);
   if (compile_workers) c.set_compile_workers(compile_workers);
   if (max_in_flight) c.set_max_in_flight_jobs(max_in_flight);

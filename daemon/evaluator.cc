@@ -31,14 +31,16 @@ std::string ArchList(const HostInfo& host, const std::vector<uint32_t>& gpus) {
 }  // namespace
 
 Evaluator::Evaluator(const v1::DaemonConfig& config, HostInfo host, std::vector<uint32_t> gpus,
-                     Metrics& metrics)
+                     const SandboxRuntime& sandbox, Metrics& metrics)
     : config_(config),
       host_(std::move(host)),
+      sandbox_(sandbox),
       metrics_(metrics),
       runner_(HarnessSettings{.python = config.python(),
                               .harness_dir = config.harness_dir(),
                               .max_output_bytes = config.max_output_bytes(),
-                              .build_jobs = std::max(1u, config.compile_workers())}),
+                              .build_jobs = std::max(1u, config.compile_workers())},
+              sandbox.settings),
       compile_slots_(SlotPool::Anonymous(config.compile_workers())),
       cpu_slots_(SlotPool::Anonymous(config.cpu_run_slots())),
       gpu_slots_(gpus),
@@ -72,6 +74,10 @@ v1::StageSpec Evaluator::MakeSpec(const JobWorkspace& ws, const v1::EffectiveSet
   spec.set_performance_trials(s.performance_trials());
   spec.set_warmup_calls(config_.warmup_calls());
   spec.set_max_log_bytes(config_.max_log_bytes());
+  if (stage == v1::STAGE_RUN && sandbox_.settings) {
+    spec.set_strict_seccomp_bpf(sandbox_.strict_filter_path);
+    if (s.backend() == v1::BACKEND_TRITON) spec.set_ptxas_path(sandbox_.settings->ptxas_path);
+  }
   return spec;
 }
 
@@ -99,11 +105,18 @@ v1::EvaluateResult Evaluator::Evaluate(const v1::EvaluateRequest& request,
 
 void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSettings& settings,
                        v1::EvaluateResult& result) {
+  WorkspaceOptions options;
+  options.keep = config_.keep_job_dirs();
+  if (sandbox_.settings) {
+    options.owner_uid = sandbox_.settings->uid;
+    options.owner_gid = sandbox_.settings->gid;
+  }
+  if (sandbox_.scratch_capped) options.scratch_bytes = config_.job_scratch_bytes();
   auto ws = JobWorkspace::Create(config_.work_dir(), result.job_id(), request.reference_source(),
-                                 request.candidate_source(), config_.keep_job_dirs());
+                                 request.candidate_source(), options);
   if (!ws) {
     result.set_status(v1::INFRA_ERROR);
-    result.set_message("cannot prepare the job directory: " + ws.error());
+    result.set_message("cannot prepare the job directory: " + ws.error().message);
     return;
   }
   const bool gpu_backend = settings.backend() != v1::BACKEND_CPU;
@@ -147,6 +160,7 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
     result.mutable_fingerprint()->set_device_index(device.slot());
   }
   placement.wall_limit = std::chrono::seconds(settings.time_limit_s());
+  placement.mask_toolchain = settings.backend() != v1::BACKEND_TRITON;
   StageOutcome ran = runner_.Run(*ws, MakeSpec(*ws, settings, v1::STAGE_RUN), placement);
   durations->set_run_ms(ran.process.wall_ms);
   ApplyRunStage(ran, result);

@@ -12,6 +12,7 @@
 
 #include "daemon/host_probe.h"
 #include "daemon/metrics.h"
+#include "daemon/sandbox_setup.h"
 #include "daemon/slot_pool.h"
 #include "kbox/v1/config.pb.h"
 #include "kbox/v1/evaluation.pb.h"
@@ -25,7 +26,7 @@ class Evaluator {
 
   // `gpus` are the GPU indices run stages of GPU backends may use.
   Evaluator(const v1::DaemonConfig& config, HostInfo host, std::vector<uint32_t> gpus,
-            Metrics& metrics);
+            const SandboxRuntime& sandbox, Metrics& metrics);
 
   // Runs one job whose request already passed RequestPolicy. Never throws for
   // anything a candidate does; kbox's own failures come back as INFRA_ERROR.
@@ -37,6 +38,7 @@ class Evaluator {
   void CancelAll() { cancelled_.store(true); }
 
   const HostInfo& host() const { return host_; }
+  const SandboxRuntime& sandbox() const { return sandbox_; }
   const SlotPool& gpu_slots() const { return gpu_slots_; }
 
  private:
@@ -48,6 +50,7 @@ class Evaluator {
 
   const v1::DaemonConfig& config_;
   HostInfo host_;
+  const SandboxRuntime& sandbox_;
   Metrics& metrics_;
   StageRunner runner_;
   SlotPool compile_slots_;

@@ -21,6 +21,7 @@
 #include "daemon/host_probe.h"
 #include "daemon/http_server.h"
 #include "daemon/metrics.h"
+#include "daemon/sandbox_setup.h"
 #include "daemon/version.h"
 
 namespace {
@@ -44,10 +45,16 @@ void EnsureStandardFds() {
   }
 }
 
-std::string DefaultHarnessDir(const char* argv0) {
+// The directory kboxd's binary is in.
+fs::path ExecutableDir(const char* argv0) {
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  const fs::path base = ec ? fs::absolute(argv0).parent_path() : exe.parent_path();
+  return ec ? fs::absolute(argv0).parent_path() : exe.parent_path();
+}
+
+std::string DefaultHarnessDir(const char* argv0) {
+  std::error_code ec;
+  const fs::path base = ExecutableDir(argv0);
   for (const fs::path& candidate : {base / "../share/kbox/harness", base / "../../worker/harness"}) {
     if (fs::exists(candidate / "kbox_stage.py", ec)) return fs::canonical(candidate, ec).string();
   }
@@ -124,8 +131,13 @@ int main(int argc, char** argv) {
                              .max_time_limit_s = config.max_time_limit_s(),
                              .backends = backends};
 
+  auto sandbox = kbox::SetUpSandbox(config, *host, ExecutableDir(argv[0]).string());
+  if (!sandbox) return Fail("sandbox: " + sandbox.error().message);
+  std::cerr << "kboxd: sandbox: " << sandbox->description << std::endl;
+
   kbox::Metrics metrics;
-  kbox::Evaluator evaluator(config, *host, gpus, metrics);
+  metrics.SetInsecureMode(!sandbox->settings.has_value());
+  kbox::Evaluator evaluator(config, *host, gpus, *sandbox, metrics);
   asio::thread_pool job_pool(config.max_in_flight_jobs());
   kbox::ApiHandler handler(config, kbox::RequestPolicy(limits), evaluator, metrics, job_pool);
 

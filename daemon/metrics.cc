@@ -37,7 +37,12 @@ Metrics::Metrics()
                           .Name("kbox_jobs_in_flight")
                           .Help("Jobs accepted and not yet finished.")
                           .Register(*registry_)
-                          .Add({})) {}
+                          .Add({})),
+      insecure_mode_(prometheus::BuildGauge()
+                         .Name("kbox_insecure_mode")
+                         .Help("1 while candidates run WITHOUT the sandbox (development mode).")
+                         .Register(*registry_)
+                         .Add({})) {}
 
 void Metrics::RecordJob(const v1::EvaluateResult& result) {
   const std::string backend = Lower(v1::Backend_Name(result.settings().backend()));

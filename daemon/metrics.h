@@ -24,6 +24,8 @@ class Metrics {
   void RecordJob(const v1::EvaluateResult& result);
   // Counts an HTTP response by its status code class ("2xx", "4xx", ...).
   void RecordResponse(unsigned status_code);
+  // 1 while kboxd runs candidates without the sandbox.
+  void SetInsecureMode(bool insecure) { insecure_mode_.Set(insecure ? 1 : 0); }
   // Jobs accepted and not finished.
   void SetJobsInFlight(double value) { jobs_in_flight_.Set(value); }
 
@@ -36,6 +38,7 @@ class Metrics {
   prometheus::Family<prometheus::Histogram>& phase_seconds_;
   prometheus::Family<prometheus::Counter>& responses_total_;
   prometheus::Gauge& jobs_in_flight_;
+  prometheus::Gauge& insecure_mode_;
 };
 
 }  // namespace kbox

@@ -1,5 +1,7 @@
 #include "daemon/result_mapper.h"
 
+#include <signal.h>
+
 #include <string_view>
 
 namespace kbox {
@@ -21,6 +23,29 @@ void SetError(EvaluateResult& r, v1::Phase phase, const std::string& type,
   e->set_phase(phase);
 }
 
+std::string LastLine(const std::string& text) {
+  std::string t = text;
+  while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.pop_back();
+  const auto nl = t.rfind('\n');
+  return nl == std::string::npos ? t : t.substr(nl + 1);
+}
+
+// What the sandbox stopped, in words, or "" when nothing was.
+std::string SandboxLimitHit(const StageOutcome& s) {
+  const ProcessOutcome& p = s.process;
+  if (s.memory_limit_hit) return "exceeded the job's memory limit and was killed";
+  if (p.end == ProcessOutcome::End::kSignaled && p.term_signal == SIGSYS) {
+    return "made a system call the sandbox forbids (killed by seccomp)";
+  }
+  if (p.end == ProcessOutcome::End::kSignaled && p.term_signal == SIGXFSZ) {
+    return "wrote a file larger than the sandbox allows";
+  }
+  if (p.end == ProcessOutcome::End::kSignaled && p.term_signal == SIGXCPU) {
+    return "used more CPU time than the sandbox allows";
+  }
+  return "";
+}
+
 // A stage that ended without a usable report: attribute it to the party whose
 // code was running.
 void ApplyAbnormalEnd(const StageOutcome& s, v1::Phase phase, EvaluateResult& r) {
@@ -32,6 +57,22 @@ void ApplyAbnormalEnd(const StageOutcome& s, v1::Phase phase, EvaluateResult& r)
 
   if (p.end == ProcessOutcome::End::kSpawnFailed) {
     Set(r, v1::INFRA_ERROR, stage + " could not be started: " + p.spawn_error);
+    return;
+  }
+  if (s.sandbox_setup_failed) {
+    Set(r, v1::INFRA_ERROR, stage + ": the sandbox could not be set up: " + LastLine(p.output_tail));
+    return;
+  }
+  // A limit of the sandbox stopped whoever was running.
+  if (const std::string limit = SandboxLimitHit(s); !limit.empty()) {
+    if (candidate) {
+      Set(r, v1::SANDBOX_VIOLATION, "candidate " + limit);
+      SetError(r, phase, "SandboxViolation", limit);
+    } else if (reference) {
+      Set(r, v1::REFERENCE_ERROR, "reference " + limit);
+    } else {
+      Set(r, v1::INFRA_ERROR, "kbox's harness " + limit + " (a sandbox policy gap)");
+    }
     return;
   }
   if (p.end == ProcessOutcome::End::kCancelled) {
@@ -201,6 +242,14 @@ void ApplyRunStage(const StageOutcome& s, EvaluateResult& r) {
       Set(r, v1::INFRA_ERROR, "run stage reported an unexpected outcome " +
                                   StageReport::Outcome_Name(rep.outcome()));
       break;
+  }
+  // The candidate saw a failed fork or allocation and raised: the limit,
+  // not its exception, is what happened.
+  if (r.status() == v1::RUNTIME_ERROR && (s.pids_limit_hit || s.memory_limit_hit)) {
+    const std::string limit = s.pids_limit_hit ? "hit the job's process limit"
+                                               : "hit the job's memory limit";
+    r.set_status(v1::SANDBOX_VIOLATION);
+    r.set_message("candidate " + limit + " (" + r.message() + ")");
   }
   if (r.status() == v1::CORRECT && rep.has_candidate_timing() && rep.has_reference_timing()) {
     *r.mutable_candidate_timing() = rep.candidate_timing();

@@ -1,6 +1,7 @@
 #include "worker/job_workspace.h"
 
 #include <fcntl.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,58 +11,85 @@
 
 namespace kbox {
 namespace fs = std::filesystem;
+namespace {
 
-boost::system::result<JobWorkspace, std::string> JobWorkspace::Create(
+std::string ErrnoText(const std::string& what) { return what + ": " + std::strerror(errno); }
+
+}  // namespace
+
+boost::system::result<JobWorkspace, WorkspaceError> JobWorkspace::Create(
     const fs::path& work_dir, const std::string& job_id, const std::string& reference_source,
-    const std::string& candidate_source, bool keep) {
+    const std::string& candidate_source, const WorkspaceOptions& options) {
   std::error_code ec;
   const fs::path jobs = work_dir / "jobs";
   fs::create_directories(jobs, ec);
-  if (ec) return "cannot create " + jobs.string() + ": " + ec.message();
+  if (ec) return WorkspaceError{"cannot create " + jobs.string() + ": " + ec.message()};
+  // Searchable, not listable: a job reaches its own directory, never sees others'.
+  ::chmod(jobs.c_str(), 0711);
   const fs::path root = jobs / job_id;
-  if (::mkdir(root.c_str(), 0700) != 0) {
-    return "cannot create " + root.string() + ": " + std::strerror(errno);
+  if (::mkdir(root.c_str(), 0755) != 0) return WorkspaceError{ErrnoText("cannot create " + root.string())};
+  JobWorkspace ws(root, job_id, options.keep);
+  if (options.scratch_bytes > 0) {
+    const std::string opts = "size=" + std::to_string(options.scratch_bytes) + ",mode=0755";
+    if (::mount("tmpfs", root.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, opts.c_str()) != 0) {
+      return WorkspaceError{ErrnoText("cannot mount the job's scratch tmpfs on " + root.string())};
+    }
+    ws.mounted_ = true;
   }
-  JobWorkspace ws(root, keep);
+  if (::mkdir(ws.src_dir().c_str(), 0755) != 0) {
+    return WorkspaceError{ErrnoText("cannot create " + ws.src_dir().string())};
+  }
   for (const char* dir : {"build", "home", "tmp", "triton"}) {
-    if (::mkdir((root / dir).c_str(), 0700) != 0) {
-      return "cannot create " + (root / dir).string() + ": " + std::strerror(errno);
+    const fs::path path = root / dir;
+    if (::mkdir(path.c_str(), 0700) != 0) return WorkspaceError{ErrnoText("cannot create " + path.string())};
+    if (options.owner_uid &&
+        ::chown(path.c_str(), *options.owner_uid, options.owner_gid.value_or(0)) != 0) {
+      return WorkspaceError{ErrnoText("cannot chown " + path.string())};
     }
   }
-  if (auto e = ws.WriteFile("reference.py", reference_source)) return *e;
-  if (auto e = ws.WriteFile("candidate.py", candidate_source)) return *e;
+  if (auto e = ws.WriteFile("reference.py", reference_source)) return WorkspaceError{*e};
+  if (auto e = ws.WriteFile("candidate.py", candidate_source)) return WorkspaceError{*e};
   return ws;
 }
 
 JobWorkspace::JobWorkspace(JobWorkspace&& other) noexcept
-    : root_(std::move(other.root_)), keep_(other.keep_) {
+    : root_(std::move(other.root_)),
+      job_id_(std::move(other.job_id_)),
+      keep_(other.keep_),
+      mounted_(other.mounted_) {
   other.root_.clear();
 }
 
 JobWorkspace::~JobWorkspace() {
   if (root_.empty() || keep_) return;
-  // remove_all removes symbolic links themselves, never their targets.
   std::error_code ec;
-  fs::remove_all(root_, ec);
+  if (mounted_) {
+    // Unmounting drops every file the job wrote at once.
+    ::umount2(root_.c_str(), MNT_DETACH);
+  } else {
+    // remove_all removes symbolic links themselves, never their targets.
+    fs::remove_all(root_, ec);
+  }
+  ::rmdir(root_.c_str());
 }
 
 std::optional<std::string> JobWorkspace::WriteFile(const std::string& name,
                                                    const std::string& content) const {
-  const fs::path path = root_ / name;
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0) return "cannot create " + path.string() + ": " + std::strerror(errno);
+  const fs::path path = src_dir() / name;
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoText("cannot create " + path.string());
   size_t written = 0;
   while (written < content.size()) {
     const ssize_t n = ::write(fd, content.data() + written, content.size() - written);
     if (n < 0) {
       if (errno == EINTR) continue;
-      const std::string err = std::strerror(errno);
+      const std::string err = ErrnoText("cannot write " + path.string());
       ::close(fd);
-      return "cannot write " + path.string() + ": " + err;
+      return err;
     }
     written += static_cast<size_t>(n);
   }
-  if (::close(fd) != 0) return "cannot close " + path.string() + ": " + std::strerror(errno);
+  if (::close(fd) != 0) return ErrnoText("cannot close " + path.string());
   return std::nullopt;
 }
 

@@ -1,10 +1,20 @@
 #pragma once
 
-// A job's private directory under kboxd's work dir: the two sources, the build
-// directory both stages share, and HOME/TMPDIR for the stage processes. The
-// directory is removed, without following any link a job left in it, when the
-// workspace is destroyed.
+// A job's private directory under kboxd's work dir:
+//
+//   <work_dir>/jobs/<job_id>/     a size-capped tmpfs when kboxd may mount one
+//     src/     reference.py, candidate.py, stage specs — kboxd's, read-only to the job
+//     build/   TORCH_EXTENSIONS_DIR, shared by the compile and run stages
+//     home/    HOME and working directory of the stage processes
+//     tmp/     TMPDIR when running without the sandbox
+//     triton/  TRITON_CACHE_DIR
+//
+// The writable directories belong to the sandbox's uid. Everything is removed,
+// without following any link a job left in it, when the workspace is destroyed.
 
+#include <sys/types.h>
+
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -13,36 +23,58 @@
 
 namespace kbox {
 
+struct WorkspaceError {
+  std::string message;
+};
+
+struct WorkspaceOptions {
+  bool keep = false;  // Leave the directory behind (debugging).
+  // Owner of the writable directories; absent: kboxd's own uid.
+  std::optional<uid_t> owner_uid;
+  std::optional<gid_t> owner_gid;
+  // Mount a tmpfs of this many bytes on the job directory, so a job cannot
+  // fill the host's disk; 0: a plain directory.
+  uint64_t scratch_bytes = 0;
+};
+
 class JobWorkspace {
  public:
-  // Creates <work_dir>/jobs/<job_id> (mode 0700) and writes the sources.
-  static boost::system::result<JobWorkspace, std::string> Create(
+  static boost::system::result<JobWorkspace, WorkspaceError> Create(
       const std::filesystem::path& work_dir, const std::string& job_id,
-      const std::string& reference_source, const std::string& candidate_source, bool keep);
+      const std::string& reference_source, const std::string& candidate_source,
+      const WorkspaceOptions& options = {});
 
   JobWorkspace(JobWorkspace&& other) noexcept;
   JobWorkspace& operator=(JobWorkspace&&) = delete;
   JobWorkspace(const JobWorkspace&) = delete;
   ~JobWorkspace();
 
+  const std::string& job_id() const { return job_id_; }
   const std::filesystem::path& root() const { return root_; }
-  std::filesystem::path reference_path() const { return root_ / "reference.py"; }
-  std::filesystem::path candidate_path() const { return root_ / "candidate.py"; }
+  std::filesystem::path src_dir() const { return root_ / "src"; }
+  std::filesystem::path reference_path() const { return src_dir() / "reference.py"; }
+  std::filesystem::path candidate_path() const { return src_dir() / "candidate.py"; }
   std::filesystem::path build_dir() const { return root_ / "build"; }
   std::filesystem::path home_dir() const { return root_ / "home"; }
   std::filesystem::path tmp_dir() const { return root_ / "tmp"; }
   std::filesystem::path triton_dir() const { return root_ / "triton"; }
 
-  // Writes `content` to a new file `name` in the root (no links followed).
-  // Returns an error message, or nothing on success.
+  // Writes `content` to a new file `name` in src/ (no links followed,
+  // world-readable, never overwriting). Returns an error message on failure.
   std::optional<std::string> WriteFile(const std::string& name,
                                        const std::string& content) const;
 
+  // Whether a tmpfs caps the job's disk use.
+  bool scratch_capped() const { return mounted_; }
+
  private:
-  JobWorkspace(std::filesystem::path root, bool keep) : root_(std::move(root)), keep_(keep) {}
+  JobWorkspace(std::filesystem::path root, std::string job_id, bool keep)
+      : root_(std::move(root)), job_id_(std::move(job_id)), keep_(keep) {}
 
   std::filesystem::path root_;
+  std::string job_id_;
   bool keep_ = false;
+  bool mounted_ = false;
 };
 
 }  // namespace kbox

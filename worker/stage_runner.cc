@@ -1,6 +1,8 @@
 #include "worker/stage_runner.h"
 
+#include <fcntl.h>
 #include <google/protobuf/util/json_util.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -51,7 +53,8 @@ void DecodeHarnessEvents(const std::string& stream, StageOutcome& outcome) {
   }
 }
 
-StageRunner::StageRunner(HarnessSettings settings) : settings_(std::move(settings)) {
+StageRunner::StageRunner(HarnessSettings settings, std::optional<SandboxSettings> sandbox)
+    : settings_(std::move(settings)), sandbox_(std::move(sandbox)) {
   for (const auto& name : settings_.inherited_env) {
     if (const char* value = std::getenv(name.c_str())) inherited_.push_back(name + "=" + value);
   }
@@ -67,7 +70,8 @@ ProcessSpec StageRunner::BuildProcessSpec(const JobWorkspace& ws, const std::str
             "--spec", spec_path, "--result-fd", "3"};
   p.env = inherited_;
   p.env.push_back("HOME=" + ws.home_dir().string());
-  p.env.push_back("TMPDIR=" + ws.tmp_dir().string());
+  // Inside the sandbox /tmp is private to the stage; outside, the job's own.
+  p.env.push_back("TMPDIR=" + (sandbox_ ? std::string("/tmp") : ws.tmp_dir().string()));
   p.env.push_back("TORCH_EXTENSIONS_DIR=" + ws.build_dir().string());
   p.env.push_back("TRITON_CACHE_DIR=" + ws.triton_dir().string());
   // Per-job JIT cache: one job's PTX must never be another's (cache poisoning).
@@ -82,11 +86,103 @@ ProcessSpec StageRunner::BuildProcessSpec(const JobWorkspace& ws, const std::str
   if (!placement.cuda_arch.empty()) {
     p.env.push_back("TORCH_CUDA_ARCH_LIST=" + placement.cuda_arch);
   }
-  p.cwd = ws.root().string();
+  p.cwd = ws.home_dir().string();
   p.wall_limit = placement.wall_limit;
   p.cancel = placement.cancel;
   p.max_output_bytes = settings_.max_output_bytes;
   return p;
+}
+
+v1::SandboxSpec StageRunner::BuildSandboxSpec(const JobWorkspace& ws, v1::Stage stage,
+                                              const ProcessSpec& harness,
+                                              const StagePlacement& placement,
+                                              const std::vector<std::string>& cgroup_procs) const {
+  const SandboxSettings& sb = *sandbox_;
+  v1::SandboxSpec spec;
+  for (const auto& arg : harness.argv) spec.add_argv(arg);
+  for (const auto& kv : harness.env) spec.add_env(kv);
+  spec.set_cwd(harness.cwd);
+  spec.set_root_mount_point(sb.root_mount_point.string());
+  spec.set_root_tmpfs_bytes(16 << 20);  // Mount points and three /etc files.
+  for (const auto& path : sb.ro_paths) spec.add_ro_paths(path);
+  for (const auto& path : placement.extra_ro_paths) spec.add_ro_paths(path);
+  spec.add_ro_paths(ws.src_dir().string());
+  for (const auto& dir : {ws.build_dir(), ws.home_dir(), ws.triton_dir()}) {
+    spec.add_rw_paths(dir.string());
+  }
+  spec.set_tmp_bytes(sb.tmp_bytes);
+  for (const char* dev : {"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"}) {
+    spec.add_devices(dev);
+  }
+  if (placement.gpu) {
+    // Only the job's own GPU, plus the control and unified-memory nodes CUDA
+    // needs; no uvm-tools, caps, modeset or other GPUs.
+    spec.add_devices("/dev/nvidiactl");
+    spec.add_devices("/dev/nvidia-uvm");
+    spec.add_devices("/dev/nvidia" + std::to_string(*placement.gpu));
+  }
+  spec.set_outside_uid(sb.uid);
+  spec.set_outside_gid(sb.gid);
+  spec.set_inside_id(1000);
+  spec.set_hostname("kbox");
+  const bool compile = stage == v1::STAGE_COMPILE;
+  spec.set_seccomp_policy((sb.policy_dir / (compile ? "compile.policy" : "run.policy")).string());
+  auto* limits = spec.mutable_rlimits();
+  limits->set_nofile(4096);
+  limits->set_fsize_bytes(1ull << 30);
+  limits->set_nproc(sb.limits.pids);
+  // A backstop behind the wall-clock limit: CPU time over all cores.
+  const auto wall_s = std::chrono::duration_cast<std::chrono::seconds>(placement.wall_limit).count();
+  limits->set_cpu_seconds(static_cast<uint64_t>(wall_s + 1) * 64);
+  for (const auto& procs : cgroup_procs) spec.mutable_cgroup()->add_procs_files(procs);
+  if (!compile && placement.mask_toolchain) {
+    for (const auto& path : sb.run_masked_paths) spec.add_masked_paths(path);
+  }
+  spec.add_keep_fds(harness.result_fd);
+  return spec;
+}
+
+StageOutcome StageRunner::RunSandboxed(const JobWorkspace& ws, v1::Stage stage,
+                                       ProcessSpec harness, const StagePlacement& placement) const {
+  StageOutcome outcome;
+  const std::string name = ws.job_id() + (stage == v1::STAGE_COMPILE ? "-compile" : "-run");
+  std::optional<JobCgroup> cgroup;
+  std::vector<std::string> procs;
+  if (sandbox_->cgroups) {
+    auto created = sandbox_->cgroups->CreateJob(name, sandbox_->limits);
+    if (!created) {
+      outcome.process.spawn_error = created.error().message;
+      return outcome;
+    }
+    cgroup.emplace(std::move(*created));
+    procs = cgroup->ProcsFiles();
+  }
+  const std::string spec_path = (sandbox_->spec_dir / (name + ".pb")).string();
+  {
+    const v1::SandboxSpec spec = BuildSandboxSpec(ws, stage, harness, placement, procs);
+    const int fd = ::open(spec_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    const bool written = fd >= 0 && spec.SerializeToFileDescriptor(fd);
+    if (fd >= 0) ::close(fd);
+    if (!written) {
+      outcome.process.spawn_error = "cannot write the sandbox spec " + spec_path;
+      return outcome;
+    }
+  }
+  ProcessSpec launcher = harness;
+  launcher.argv = {sandbox_->binary, "--spec", spec_path};
+  launcher.env.clear();
+  launcher.cwd = sandbox_->spec_dir.string();
+  outcome.process = RunProcess(launcher);
+  ::unlink(spec_path.c_str());
+  if (cgroup) {
+    cgroup->KillAll();  // Anything that outlived the sandbox's init.
+    outcome.memory_limit_hit = cgroup->MemoryLimitHit();
+    outcome.pids_limit_hit = cgroup->PidsLimitHit();
+  }
+  outcome.sandbox_setup_failed = outcome.process.end == ProcessOutcome::End::kExited &&
+                                 outcome.process.exit_code == kSandboxSetupFailed &&
+                                 outcome.process.result.empty();
+  return outcome;
 }
 
 StageOutcome StageRunner::Run(const JobWorkspace& ws, const v1::StageSpec& spec,
@@ -104,7 +200,12 @@ StageOutcome StageRunner::Run(const JobWorkspace& ws, const v1::StageSpec& spec,
     outcome.process.spawn_error = *error;
     return outcome;
   }
-  outcome.process = RunProcess(BuildProcessSpec(ws, (ws.root() / name).string(), placement));
+  ProcessSpec harness = BuildProcessSpec(ws, (ws.src_dir() / name).string(), placement);
+  if (sandbox_) {
+    outcome = RunSandboxed(ws, spec.stage(), std::move(harness), placement);
+  } else {
+    outcome.process = RunProcess(harness);
+  }
   if (outcome.process.result_truncated) {
     outcome.protocol_error = "result pipe exceeded its size limit";
   } else {

@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "kbox/v1/harness.pb.h"
+#include "kbox/v1/sandbox.pb.h"
+#include "worker/job_cgroup.h"
 #include "worker/job_workspace.h"
 #include "worker/process_runner.h"
 
@@ -27,6 +29,23 @@ struct HarnessSettings {
   std::vector<std::string> inherited_env = {"PATH", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH"};
 };
 
+// How stages are confined (docs/sandbox.md); the same for every job.
+struct SandboxSettings {
+  std::string binary;                         // kbox-sandbox.
+  std::filesystem::path policy_dir;           // compile.policy, run.policy, run_strict.policy.
+  std::filesystem::path spec_dir;             // SandboxSpec files; never visible to jobs.
+  std::filesystem::path root_mount_point;     // Empty directory for the sandboxes' roots.
+  uint32_t uid = 65534;                       // Host uid/gid of sandboxed processes.
+  uint32_t gid = 65534;
+  std::vector<std::string> ro_paths;          // Read-only binds of every stage.
+  std::vector<std::string> run_masked_paths;  // The toolchain, hidden from run stages.
+  uint64_t tmp_bytes = 1ull << 30;            // Private /tmp and /dev/shm.
+  const CgroupRoot* cgroups = nullptr;        // Absent: the host delegates none.
+  CgroupLimits limits;
+  // Triton's ptxas, run for Triton candidates through the harness's broker.
+  std::string ptxas_path;
+};
+
 // Where a stage runs.
 struct StagePlacement {
   // GPU index for the run stage of a GPU backend; absent: no GPU visible.
@@ -36,6 +55,13 @@ struct StagePlacement {
   std::chrono::milliseconds wall_limit{60'000};
   // Shutdown flag; see ProcessSpec::cancel.
   const std::atomic<bool>* cancel = nullptr;
+  // Extra read-only paths for this stage.
+  std::vector<std::string> extra_ro_paths;
+  // Hide the C/CUDA toolchain (SandboxSettings::run_masked_paths) from a run
+  // stage. Off for Triton, whose launcher stubs are built by `cc` at a
+  // kernel's first launch (through the harness's broker; the candidate's own
+  // process cannot exec under the strict filter).
+  bool mask_toolchain = true;
 };
 
 // What a stage process left behind, decoded.
@@ -47,6 +73,11 @@ struct StageOutcome {
   std::optional<v1::StageReport> report;
   // Why the result pipe could not be decoded, when it could not.
   std::string protocol_error;
+  // kbox-sandbox could not set the sandbox up (its message is in the output).
+  bool sandbox_setup_failed = false;
+  // The stage's cgroup limits were hit.
+  bool memory_limit_hit = false;
+  bool pids_limit_hit = false;
 };
 
 // Decodes the newline-separated HarnessEvent JSON lines of a result pipe.
@@ -54,22 +85,37 @@ struct StageOutcome {
 // events before it still count for last_party).
 void DecodeHarnessEvents(const std::string& stream, StageOutcome& outcome);
 
+// kbox-sandbox's exit status when the sandbox could not be set up.
+inline constexpr int kSandboxSetupFailed = 125;
+
 class StageRunner {
  public:
-  explicit StageRunner(HarnessSettings settings);
+  // Without `sandbox`, stages run unconfined (the insecure development mode).
+  StageRunner(HarnessSettings settings, std::optional<SandboxSettings> sandbox);
 
   // Writes `spec` into the workspace and runs the stage to completion.
   StageOutcome Run(const JobWorkspace& workspace, const v1::StageSpec& spec,
                    const StagePlacement& placement) const;
 
-  // Command line and environment of a stage (exposed for tests and logs).
+  // Command line and environment of a stage as the harness sees them
+  // (exposed for tests and logs).
   ProcessSpec BuildProcessSpec(const JobWorkspace& workspace, const std::string& spec_path,
                                const StagePlacement& placement) const;
 
+  // The sandbox around `harness` for `stage` (exposed for tests).
+  v1::SandboxSpec BuildSandboxSpec(const JobWorkspace& workspace, v1::Stage stage,
+                                   const ProcessSpec& harness, const StagePlacement& placement,
+                                   const std::vector<std::string>& cgroup_procs) const;
+
   const HarnessSettings& settings() const { return settings_; }
+  const std::optional<SandboxSettings>& sandbox() const { return sandbox_; }
 
  private:
+  StageOutcome RunSandboxed(const JobWorkspace& workspace, v1::Stage stage, ProcessSpec harness,
+                            const StagePlacement& placement) const;
+
   HarnessSettings settings_;
+  std::optional<SandboxSettings> sandbox_;
   std::vector<std::string> inherited_;  // Resolved NAME=value pairs.
 };
 

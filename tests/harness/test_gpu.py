@@ -4,6 +4,7 @@ import os
 import pytest
 import torch
 
+import seccomp_bpf
 from test_stages import Job, _check, marker_line
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -65,3 +66,39 @@ def test_async_fault_is_the_candidates(tmp_path):
     if result.report is not None:
         assert result.report["outcome"] == "CANDIDATE_FAILED", result.report
         assert result.parties[-2] == "CANDIDATE"
+
+
+# -- under the run stage's strict seccomp filter (no fork, no exec) ---------------
+
+def _strict(tmp_path):
+    if not seccomp_bpf.available():
+        pytest.skip("needs x86_64 and libseccomp")
+    return seccomp_bpf.write_no_spawn_filter(str(tmp_path / "strict.bpf"))
+
+
+def _triton_ptxas():
+    triton = pytest.importorskip("triton")
+    path = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    if not os.access(path, os.X_OK):
+        pytest.skip("Triton has no bundled ptxas")
+    return path
+
+
+def test_cuda_run_under_strict_filter(tmp_path):
+    bpf = _strict(tmp_path)
+    job = Job(tmp_path, "cand_cuda_add.py", reference="ref_gpu_add.py")
+    _check(_run(job, "STAGE_COMPILE", "BACKEND_CUDA"), "OK")
+    report = _check(_run(job, "STAGE_RUN", "BACKEND_CUDA", strict_seccomp_bpf=bpf), "OK")
+    print("cuda strict phase_ms", report["phase_ms"])
+    assert {"cuda_init", "strict_filter"} <= set(report["phase_ms"])
+
+
+def test_triton_run_under_strict_filter(tmp_path):
+    # ptxas (and Triton's launcher build) run in the broker, forked before the filter.
+    bpf, ptxas = _strict(tmp_path), _triton_ptxas()
+    job = Job(tmp_path, "cand_triton_add.py", reference="ref_gpu_add.py")
+    _check(_run(job, "STAGE_COMPILE", "BACKEND_TRITON"), "OK")
+    result = _run(job, "STAGE_RUN", "BACKEND_TRITON", strict_seccomp_bpf=bpf, ptxas_path=ptxas)
+    report = _check(result, "OK")
+    print("triton strict phase_ms", report["phase_ms"])
+    assert {"tool_broker", "triton_prep", "strict_filter"} <= set(report["phase_ms"])

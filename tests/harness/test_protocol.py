@@ -72,6 +72,8 @@ def test_probe_prints_json():
     info = json.loads(out)
     assert info["torch_version"] and info["python_version"].count(".") == 2
     assert set(info) == {"python_version", "torch_version", "cuda_version", "triton_version",
-                         "driver_version", "gpus"}
+                         "driver_version", "gpus", "python_paths", "ptxas_path"}
+    assert all(os.path.isabs(p) for p in info["python_paths"])
+    assert isinstance(info["ptxas_path"], str)
     for gpu in info["gpus"]:
         assert set(gpu) == {"index", "name", "compute_capability", "memory_bytes"}

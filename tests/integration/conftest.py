@@ -26,7 +26,11 @@ DAEMON_CONFIG = """\
 default_time_limit_s: 60
 max_time_limit_s: 120
 max_body_bytes: 1048576
+job_memory_bytes: 3221225472
+job_scratch_bytes: 1073741824
 """
+# The shared escape cases run with this run-stage limit (one never returns).
+ESCAPE_TIME_LIMIT_S = 15
 
 SPIN_TIME_LIMIT_S = it.SPIN_TIME_LIMIT_S
 # Jobs whose leftover processes are looked for as soon as their reply arrives.
@@ -91,13 +95,17 @@ def daemon():
     # Our own temp dir, not pytest's numbered ones, which a pytest session
     # running beside this one (ctest --parallel) may prune.
     root = tempfile.mkdtemp(prefix="kbox-it-")
+    os.chmod(root, 0o711)  # the sandbox's uid passes through to its job
     work_dir = os.path.join(root, "work")
     config = os.path.join(root, "kbox.textproto")
     with open(config, "w") as f:
         f.write(DAEMON_CONFIG)
     stderr_path = os.path.join(root, "kboxd.stderr")
+    # A secret only kboxd's own environment holds: no job may ever show it.
+    env = dict(os.environ, KBOX_IT_DAEMON_SECRET=it.DAEMON_SECRET)
     with open(stderr_path, "wb") as err:
         proc = subprocess.Popen(
+            env=env, args=
             [kboxd, "--listen", "127.0.0.1:0", "--work-dir", work_dir, "--cpu-run-slots", "2",
              "--config", config],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err)
@@ -150,6 +158,19 @@ def _kill_strays(work_dir):
         except OSError:
             pass
     return len(strays)
+
+
+# -- traps the escape cases must not spring ----------------------------------------
+
+@pytest.fixture(scope="session")
+def escape_traps():
+    """Set up before any job is submitted: a listener on the port the network
+    case connects to, a service token file with a unique marker, and a marker
+    directory at the host's root. Removed at the end of the session."""
+    traps = it.EscapeTraps()
+    traps.start()
+    yield traps
+    traps.stop()
 
 
 # -- the jobs -----------------------------------------------------------------------
@@ -223,6 +244,12 @@ def job_table():
         d = os.path.join(it.corpus_legit_dir(), case)
         add("corpus:" + case, it.read(os.path.join(d, "reference.py")),
             it.read(os.path.join(d, "candidate.py")), measure_performance=False)
+    # Sandbox escapes and resource abuse (tests/integration/test_escapes.py).
+    for case in it.corpus_escape_cases():
+        d = os.path.join(it.shared_dir(), "corpus", "escapes", case)
+        add("escape:" + case, it.read(os.path.join(d, "reference.py")),
+            it.read(os.path.join(d, "candidate.py")), measure_performance=False,
+            time_limit_s=ESCAPE_TIME_LIMIT_S)
     return jobs
 
 
@@ -283,7 +310,7 @@ class JobBoard(object):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def jobs(daemon):
+def jobs(daemon, escape_traps):
     board = JobBoard(daemon, job_table())
     yield board
     # Also when only some tests were selected: let every job finish, so kboxd

@@ -6,6 +6,10 @@ Paths:
                    corpus is read from its corpus/ folder and never copied.
 """
 import glob
+import shutil
+import socket
+import threading
+import time
 import http.client
 import json
 import os
@@ -40,6 +44,13 @@ def corpus_cpu_cases():
     """Ids of the CPU cases in <shared>/corpus/legit, sorted."""
     return sorted(os.path.basename(os.path.dirname(p))
                   for p in glob.glob(os.path.join(corpus_legit_dir(), "*_cpu", "expect.json")))
+
+
+def corpus_escape_cases():
+    """Ids of the CPU cases in <shared>/corpus/escapes, sorted."""
+    return sorted(os.path.basename(os.path.dirname(p))
+                  for p in glob.glob(os.path.join(shared_dir(), "corpus", "escapes", "*_cpu",
+                                                  "expect.json")))
 
 
 def case_path(name):
@@ -151,6 +162,71 @@ def closed_port():
     port = s.getsockname()[1]
     s.close()
     return port
+
+
+# -- escape traps ----------------------------------------------------------------
+
+DAEMON_SECRET = "kbox-it-daemon-secret-%d" % os.getpid()
+NETWORK_PORT = 47631  # The port esc_network_connect_cpu connects to.
+TOKEN_FILE = "/etc/kbox/token"
+
+
+class EscapeTraps(object):
+    """Host-side bait for the escape cases, and what they did to it."""
+
+    def __init__(self):
+        self.marker = "kbox-it-marker-%d-%d" % (os.getpid(), int(time.time()))
+        self.marker_dir = "/" + self.marker
+        self.connections = 0
+        self._listener = None
+        self._created_token = False
+        self._stop = threading.Event()
+
+    def start(self):
+        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind(("127.0.0.1", NETWORK_PORT))
+        self._listener.listen(8)
+        self._listener.settimeout(0.2)
+        threading.Thread(target=self._accept, daemon=True).start()
+        os.makedirs(self.marker_dir, exist_ok=True)
+        if not os.path.exists(TOKEN_FILE):
+            os.makedirs(os.path.dirname(TOKEN_FILE), exist_ok=True)
+            with open(TOKEN_FILE, "w") as f:
+                f.write("token " + self.marker + "\n")
+            self._created_token = True
+
+    def _accept(self):
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            self.connections += 1
+            conn.close()
+
+    def stop(self):
+        self._stop.set()
+        if self._listener:
+            self._listener.close()
+        shutil.rmtree(self.marker_dir, ignore_errors=True)
+        if self._created_token:
+            os.remove(TOKEN_FILE)
+            try:
+                os.rmdir(os.path.dirname(TOKEN_FILE))
+            except OSError:
+                pass
+
+
+def host_secret_lines(path):
+    """Lines of a host file worth looking for in a leak (unreadable: none)."""
+    try:
+        with open(path, "r", errors="replace") as f:
+            return [line.strip() for line in f if len(line.strip()) > 12]
+    except OSError:
+        return []
 
 
 # -- processes ------------------------------------------------------------------

@@ -11,10 +11,31 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from kbox_harness import fingerprint  # noqa: E402
 
 
+def python_paths():
+    """Directories the interpreter needs, for the sandbox's read-only binds:
+    its prefixes and every existing sys.path entry (a venv such as
+    /opt/torch/.venv lives outside /usr)."""
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix,
+             os.path.dirname(os.path.realpath(sys.executable))}
+    paths.update(p for p in sys.path if p and os.path.isdir(p))
+    return sorted(os.path.realpath(p) for p in paths)
+
+
+def triton_ptxas():
+    """Triton's bundled ptxas, which it runs at a kernel's first launch."""
+    try:
+        import triton
+    except Exception:
+        return ""
+    path = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    return path if os.access(path, os.X_OK) else ""
+
+
 def probe():
     info = {"python_version": fingerprint.python_version(), "torch_version": "",
             "cuda_version": "", "triton_version": fingerprint.triton_version(allow_import=True),
-            "driver_version": fingerprint.driver_version(), "gpus": []}
+            "driver_version": fingerprint.driver_version(), "gpus": [],
+            "python_paths": python_paths(), "ptxas_path": triton_ptxas()}
     try:
         import torch
     except Exception:

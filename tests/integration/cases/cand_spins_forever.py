@@ -1,12 +1,18 @@
 """Candidate that builds nothing and never returns from forward.
 
-It forks once first, so the stage's process group holds two spinning
-processes (both carry the job directory in their argv); the daemon must kill
-both at the time limit.
+It starts a spinning thread first (the sandbox forbids new processes once
+candidate code runs), so the stage holds a busy thread and a busy main loop;
+the daemon must kill the whole stage at the time limit.
 """
-import os
+import threading
 
 import torch.nn as nn
+
+
+def _spin():
+    n = 0
+    while True:
+        n += 1
 
 
 class ModelNew(nn.Module):
@@ -15,10 +21,7 @@ class ModelNew(nn.Module):
         self.features = features
 
     def forward(self, x):
-        try:
-            os.fork()
-        except OSError:
-            pass
+        threading.Thread(target=_spin, daemon=True).start()
         n = 0
         while True:
             n += 1

@@ -32,31 +32,79 @@ mode_t ModeOf(const fs::path& path) {
   return st.st_mode & 07777;
 }
 
+template <typename Edit>
+WorkspaceOptions Options(Edit edit) {
+  WorkspaceOptions options;
+  edit(options);
+  return options;
+}
+
 TEST(JobWorkspaceTest, CreatesPrivateDirectoriesAndSources) {
   TempDir tmp;
-  auto ws = JobWorkspace::Create(tmp.path(), "job1", "ref source", "cand source", false);
-  ASSERT_TRUE(ws) << ws.error();
+  auto ws = JobWorkspace::Create(tmp.path(), "job1", "ref source", "cand source");
+  ASSERT_TRUE(ws) << ws.error().message;
   EXPECT_EQ(ws->root(), tmp.path() / "jobs" / "job1");
-  EXPECT_EQ(ModeOf(ws->root()), 0700u);
+  EXPECT_EQ(ws->job_id(), "job1");
   for (const fs::path& dir : {ws->build_dir(), ws->home_dir(), ws->tmp_dir(), ws->triton_dir()}) {
     EXPECT_TRUE(fs::is_directory(dir)) << dir;
     EXPECT_EQ(ModeOf(dir), 0700u) << dir;
     EXPECT_EQ(dir.parent_path(), ws->root()) << dir;
   }
+  // Sources sit apart from the writable directories: the sandbox binds src/
+  // read-only, so a compile stage cannot rewrite the reference.
+  EXPECT_EQ(ws->reference_path().parent_path(), ws->src_dir());
   EXPECT_EQ(ReadAll(ws->reference_path()), "ref source");
   EXPECT_EQ(ReadAll(ws->candidate_path()), "cand source");
-  EXPECT_EQ(ModeOf(ws->reference_path()), 0600u);
-  EXPECT_EQ(ModeOf(ws->candidate_path()), 0600u);
+  EXPECT_EQ(ModeOf(ws->reference_path()) & 0222u, ModeOf(ws->reference_path()) & 0200u);
+  EXPECT_FALSE(ws->scratch_capped());
+}
+
+// kboxd hands the writable directories to the sandbox's uid; the sources
+// stay kboxd's.
+TEST(JobWorkspaceTest, WritableDirectoriesBelongToTheGivenOwner) {
+  if (::geteuid() != 0) GTEST_SKIP() << "chown needs root";
+  TempDir tmp;
+  auto ws = JobWorkspace::Create(tmp.path(), "job", "r", "c", Options([](WorkspaceOptions& o) {
+                                   o.owner_uid = 65534;
+                                   o.owner_gid = 65534;
+                                 }));
+  ASSERT_TRUE(ws) << ws.error().message;
+  struct stat st {};
+  ASSERT_EQ(::stat(ws->build_dir().c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 65534u);
+  ASSERT_EQ(::stat(ws->reference_path().c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, ::geteuid());
+}
+
+// A size-capped tmpfs on the job directory: a job cannot fill the host disk,
+// and destroying the workspace drops everything at once.
+TEST(JobWorkspaceTest, ScratchTmpfsCapsDiskUse) {
+  if (::geteuid() != 0) GTEST_SKIP() << "mount needs root";
+  TempDir tmp;
+  fs::path root;
+  {
+    auto ws = JobWorkspace::Create(tmp.path(), "job", "r", "c",
+                                   Options([](WorkspaceOptions& o) { o.scratch_bytes = 1 << 20; }));
+    ASSERT_TRUE(ws) << ws.error().message;
+    EXPECT_TRUE(ws->scratch_capped());
+    root = ws->root();
+    std::ofstream out(ws->home_dir() / "fill.bin", std::ios::binary);
+    const std::string block(64 << 10, 'x');
+    for (int i = 0; i < 64 && out; ++i) out << block;  // 4 MiB into a 1 MiB tmpfs.
+    out.flush();
+    EXPECT_FALSE(out.good());
+  }
+  EXPECT_FALSE(fs::exists(root));
 }
 
 TEST(JobWorkspaceTest, RefusesExistingJobDirectoryAndLeavesItAlone) {
   TempDir tmp;
-  auto first = JobWorkspace::Create(tmp.path(), "same", "r", "c", false);
+  auto first = JobWorkspace::Create(tmp.path(), "same", "r", "c");
   ASSERT_TRUE(first);
   {
-    auto second = JobWorkspace::Create(tmp.path(), "same", "r2", "c2", false);
+    auto second = JobWorkspace::Create(tmp.path(), "same", "r2", "c2");
     ASSERT_FALSE(second);
-    EXPECT_NE(second.error().find("same"), std::string::npos) << second.error();
+    EXPECT_NE(second.error().message.find("same"), std::string::npos) << second.error().message;
   }
   // The failed attempt must not have removed or rewritten the first job's files.
   EXPECT_EQ(ReadAll(first->reference_path()), "r");
@@ -65,15 +113,15 @@ TEST(JobWorkspaceTest, RefusesExistingJobDirectoryAndLeavesItAlone) {
 
 TEST(JobWorkspaceTest, WriteFileCreatesNewFile) {
   TempDir tmp;
-  auto ws = JobWorkspace::Create(tmp.path(), "job", "r", "c", false);
+  auto ws = JobWorkspace::Create(tmp.path(), "job", "r", "c");
   ASSERT_TRUE(ws);
   EXPECT_EQ(ws->WriteFile("spec.json", "{}"), std::nullopt);
-  EXPECT_EQ(ReadAll(ws->root() / "spec.json"), "{}");
+  EXPECT_EQ(ReadAll(ws->src_dir() / "spec.json"), "{}");
 }
 
 TEST(JobWorkspaceTest, WriteFileRefusesToOverwrite) {
   TempDir tmp;
-  auto ws = JobWorkspace::Create(tmp.path(), "job", "original", "c", false);
+  auto ws = JobWorkspace::Create(tmp.path(), "job", "original", "c");
   ASSERT_TRUE(ws);
   const auto error = ws->WriteFile("reference.py", "replaced");
   ASSERT_TRUE(error.has_value());
@@ -85,16 +133,16 @@ TEST(JobWorkspaceTest, WriteFileDoesNotFollowSymlink) {
   TempDir tmp;
   const fs::path outside = tmp.path() / "outside.txt";
   std::ofstream(outside) << "precious";
-  auto ws = JobWorkspace::Create(tmp.path(), "job", "r", "c", false);
+  auto ws = JobWorkspace::Create(tmp.path(), "job", "r", "c");
   ASSERT_TRUE(ws);
-  fs::create_symlink(outside, ws->root() / "X");
+  fs::create_symlink(outside, ws->src_dir() / "X");
 
   EXPECT_TRUE(ws->WriteFile("X", "attack").has_value());
   EXPECT_EQ(ReadAll(outside), "precious");
 
   // A dangling link must not be followed to create its target either.
   const fs::path missing = tmp.path() / "created-through-link";
-  fs::create_symlink(missing, ws->root() / "Y");
+  fs::create_symlink(missing, ws->src_dir() / "Y");
   EXPECT_TRUE(ws->WriteFile("Y", "attack").has_value());
   EXPECT_FALSE(fs::exists(missing));
 }
@@ -107,7 +155,7 @@ TEST(JobWorkspaceTest, DestructorRemovesTreeButNotLinkTargets) {
   std::ofstream(tmp.path() / "keep-file.txt") << "keep";
   fs::path root;
   {
-    auto ws = JobWorkspace::Create(tmp.path(), "job", "r", "c", false);
+    auto ws = JobWorkspace::Create(tmp.path(), "job", "r", "c");
     ASSERT_TRUE(ws);
     root = ws->root();
     fs::create_directory_symlink(outside_dir, ws->build_dir() / "link-to-dir");
@@ -123,17 +171,17 @@ TEST(JobWorkspaceTest, KeepLeavesTreeInPlace) {
   TempDir tmp;
   fs::path root;
   {
-    auto ws = JobWorkspace::Create(tmp.path(), "job", "r", "c", true);
+    auto ws = JobWorkspace::Create(tmp.path(), "job", "r", "c", Options([](WorkspaceOptions& o) { o.keep = true; }));
     ASSERT_TRUE(ws);
     root = ws->root();
   }
   EXPECT_TRUE(fs::is_directory(root));
-  EXPECT_EQ(ReadAll(root / "candidate.py"), "c");
+  EXPECT_EQ(ReadAll(root / "src" / "candidate.py"), "c");
 }
 
 TEST(JobWorkspaceTest, MovedFromWorkspaceDoesNotRemoveTree) {
   TempDir tmp;
-  auto created = JobWorkspace::Create(tmp.path(), "job", "r", "c", false);
+  auto created = JobWorkspace::Create(tmp.path(), "job", "r", "c");
   ASSERT_TRUE(created);
   const fs::path root = created->root();
   {

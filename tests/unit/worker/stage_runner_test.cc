@@ -153,8 +153,8 @@ HarnessSettings TestSettings(const fs::path& harness_dir) {
 class StageRunnerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto ws = JobWorkspace::Create(tmp_.path(), "job", "ref", "cand", false);
-    ASSERT_TRUE(ws) << ws.error();
+    auto ws = JobWorkspace::Create(tmp_.path(), "job", "ref", "cand");
+    ASSERT_TRUE(ws) << ws.error().message;
     ws_.emplace(std::move(*ws));
   }
 
@@ -163,21 +163,21 @@ class StageRunnerTest : public ::testing::Test {
 };
 
 TEST_F(StageRunnerTest, BuildProcessSpecRunsHarnessInWorkspace) {
-  const StageRunner runner(TestSettings("/opt/kbox/harness"));
+  const StageRunner runner(TestSettings("/opt/kbox/harness"), std::nullopt);
   StagePlacement placement;
   placement.wall_limit = 1234ms;
   const ProcessSpec spec = runner.BuildProcessSpec(*ws_, "/x/spec.json", placement);
   EXPECT_EQ(spec.argv, (std::vector<std::string>{"/usr/bin/python3", "-s", "-B",
                                                  "/opt/kbox/harness/kbox_stage.py", "--spec",
                                                  "/x/spec.json", "--result-fd", "3"}));
-  EXPECT_EQ(spec.cwd, ws_->root().string());
+  EXPECT_EQ(spec.cwd, ws_->home_dir().string());
   EXPECT_EQ(spec.wall_limit, 1234ms);
   EXPECT_EQ(spec.max_output_bytes, 12345u);
   EXPECT_EQ(spec.result_fd, 3);
 }
 
 TEST_F(StageRunnerTest, EnvironmentPointsIntoWorkspace) {
-  const StageRunner runner(TestSettings("/h"));
+  const StageRunner runner(TestSettings("/h"), std::nullopt);
   const ProcessSpec spec = runner.BuildProcessSpec(*ws_, "/x/spec.json", StagePlacement{});
   for (const char* name : {"HOME", "TMPDIR", "TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR",
                            "CUDA_CACHE_PATH"}) {
@@ -192,14 +192,14 @@ TEST_F(StageRunnerTest, EnvironmentPointsIntoWorkspace) {
 }
 
 TEST_F(StageRunnerTest, NoGpuHidesEveryDevice) {
-  const StageRunner runner(TestSettings("/h"));
+  const StageRunner runner(TestSettings("/h"), std::nullopt);
   const ProcessSpec spec = runner.BuildProcessSpec(*ws_, "/x/spec.json", StagePlacement{});
   EXPECT_EQ(EnvValue(spec.env, "CUDA_VISIBLE_DEVICES"), "");
   EXPECT_EQ(EnvValue(spec.env, "TORCH_CUDA_ARCH_LIST"), std::nullopt);
 }
 
 TEST_F(StageRunnerTest, GpuPlacementShowsOnlyThatDevice) {
-  const StageRunner runner(TestSettings("/h"));
+  const StageRunner runner(TestSettings("/h"), std::nullopt);
   StagePlacement placement;
   placement.gpu = 3;
   placement.cuda_arch = "9.0";
@@ -214,7 +214,7 @@ TEST_F(StageRunnerTest, InheritsOnlyListedVariables) {
   ASSERT_EQ(::setenv("KBOX_SECRET_TOKEN", "hunter2", 1), 0);
   ASSERT_EQ(::setenv("CUDA_HOME", "/opt/cuda-test", 1), 0);
   ASSERT_EQ(::setenv("PATH", "/kbox/test/bin:/usr/bin", 1), 0);
-  const StageRunner runner(TestSettings("/h"));
+  const StageRunner runner(TestSettings("/h"), std::nullopt);
   ::unsetenv("KBOX_SECRET_TOKEN");
   ::unsetenv("CUDA_HOME");
   if (old_path) ::setenv("PATH", saved_path.c_str(), 1);
@@ -242,7 +242,7 @@ TEST_F(StageRunnerTest, DefaultsPathWhenUnset) {
   const char* old = std::getenv("PATH");
   const std::string saved = old ? old : "";
   ::unsetenv("PATH");
-  const StageRunner runner(TestSettings("/h"));
+  const StageRunner runner(TestSettings("/h"), std::nullopt);
   if (old) ::setenv("PATH", saved.c_str(), 1);
   const ProcessSpec spec = runner.BuildProcessSpec(*ws_, "/x/spec.json", StagePlacement{});
   EXPECT_EQ(EnvValue(spec.env, "PATH"), "/usr/local/bin:/usr/bin:/bin");
@@ -273,7 +273,7 @@ TEST_F(StageRunnerTest, RunWritesSpecAndDecodesReport) {
                                          "printf '{\"enter\":\"CANDIDATE\"}\\n' >&3\n"
                                          "printf '{\"report\":{\"outcome\":\"OK\"}}\\n' >&3\n")
                         .string();
-  const StageRunner runner(settings);
+  const StageRunner runner(settings, std::nullopt);
   v1::StageSpec spec;
   spec.set_stage(v1::STAGE_COMPILE);
   spec.set_correctness_trials(4);
@@ -288,7 +288,7 @@ TEST_F(StageRunnerTest, RunWritesSpecAndDecodesReport) {
   ASSERT_TRUE(outcome.report.has_value());
   EXPECT_EQ(outcome.report->outcome(), v1::StageReport::OK);
 
-  EXPECT_TRUE(fs::exists(ws_->root() / "compile_spec.json"));
+  EXPECT_TRUE(fs::exists(ws_->src_dir() / "compile_spec.json"));
   const std::string seen = ReadAll(ws_->home_dir() / "seen_spec.json");
   EXPECT_NE(seen.find("\"stage\":\"STAGE_COMPILE\""), std::string::npos) << seen;
   EXPECT_NE(seen.find("\"correctness_trials\":4"), std::string::npos) << seen;
@@ -300,7 +300,7 @@ TEST_F(StageRunnerTest, RunReportsCrashWithLastParty) {
                                          "printf '{\"enter\":\"REFERENCE\"}\\n' >&3\n"
                                          "kill -SEGV $$\n")
                         .string();
-  const StageRunner runner(settings);
+  const StageRunner runner(settings, std::nullopt);
   v1::StageSpec spec;
   spec.set_stage(v1::STAGE_RUN);
   StagePlacement placement;
@@ -311,13 +311,13 @@ TEST_F(StageRunnerTest, RunReportsCrashWithLastParty) {
   EXPECT_EQ(outcome.process.term_signal, SIGSEGV);
   EXPECT_EQ(outcome.last_party, v1::REFERENCE);
   EXPECT_FALSE(outcome.report.has_value());
-  EXPECT_TRUE(fs::exists(ws_->root() / "run_spec.json"));
+  EXPECT_TRUE(fs::exists(ws_->src_dir() / "run_spec.json"));
 }
 
 TEST_F(StageRunnerTest, RunRefusesToReuseSpecFile) {
   HarnessSettings settings = TestSettings(tmp_.path());
   settings.python = "/bin/true";
-  const StageRunner runner(settings);
+  const StageRunner runner(settings, std::nullopt);
   v1::StageSpec spec;
   spec.set_stage(v1::STAGE_RUN);
   ASSERT_FALSE(ws_->WriteFile("run_spec.json", "{}").has_value());

@@ -1,7 +1,8 @@
 """Imports the candidate under the extension hook and classifies the result.
 
 Shared by both stages: the compile stage builds the extensions, the run stage
-imports again (load_inline then only loads what the compile stage built).
+imports again (load_inline then only loads what the compile stage built, and
+never runs a build tool: the run stage's strict filter forbids exec).
 """
 import os
 
@@ -16,6 +17,11 @@ class CandidateImport(object):
         self.ms = 0.0
 
     @property
+    def not_built(self):
+        """Run stage: the name of an extension the compile stage did not build."""
+        return self.hook.not_built if self.hook is not None else None
+
+    @property
     def build_failed(self):
         return self.hook is not None and self.hook.failure is not None
 
@@ -28,7 +34,8 @@ class CandidateImport(object):
 
 def import_candidate(spec, pipe):
     result = CandidateImport()
-    result.hook = extension_hook.ExtensionHook(spec.build_dir).install()
+    result.hook = extension_hook.ExtensionHook(
+        spec.build_dir, build=spec.stage != "STAGE_RUN").install()
     pipe.enter(protocol.CANDIDATE)
     t0 = timing.now_ms()
     try:
@@ -57,6 +64,14 @@ def build_failure(spec, imp, scrubber):
         failure["output"], imp.hook.calls, spec.candidate_path,
         _candidate_text(spec.candidate_path), spec.build_dir, scrubber, spec.max_log_bytes)
     return "extension build failed: " + errors.one_line(headline or "see compile log"), log
+
+
+def not_built_failure(spec, name, scrubber):
+    """(message, CompileLog) for an extension the run stage asked for but the
+    compile stage did not build (the candidate chose other sources at run time)."""
+    text = sanitize.sanitize("extension %s was not built in the compile stage" % name, scrubber)
+    text, truncated = sanitize.bound(text, spec.max_log_bytes)
+    return errors.one_line(text), {"text": text, "truncated": truncated, "first_error_line": 0}
 
 
 def syntax_failure(spec, e, scrubber):

@@ -5,9 +5,17 @@ mapped back to candidate.py) and turns a failed build into ExtensionBuildFailed,
 which aborts the candidate's import. The attributes are patched before the
 candidate runs, so `from torch.utils.cpp_extension import load_inline` binds
 the wrapper.
+
+Compile stage (build=True): the real load_inline / load run and build.
+Run stage (build=False): nothing is built. The run stage's strict seccomp
+filter forbids fork and exec, and torch's loaders run ninja and the compiler
+even when nothing changed, so the wrapper imports the library the compile
+stage left in the extension's build directory instead; one that is not there
+was not built in the compile stage (ExtensionNotBuilt).
 """
 import contextlib
 import functools
+import importlib.util
 import inspect
 import os
 import subprocess
@@ -18,6 +26,10 @@ from . import sanitize
 class ExtensionBuildFailed(BaseException):
     """Private: a BaseException so that a candidate's `except Exception:`
     fallback does not swallow it (the failure is recorded anyway)."""
+
+
+class ExtensionNotBuilt(ExtensionBuildFailed):
+    """Run stage: the library the candidate asks for is not in the build directory."""
 
 
 class InfraError(BaseException):
@@ -36,12 +48,15 @@ def _as_list(value):
 
 
 class ExtensionHook(object):
-    def __init__(self, build_dir=""):
+    def __init__(self, build_dir="", build=True):
         self.build_dir = build_dir
+        self.build = build    # False: load what the compile stage built, never build
         self.calls = []       # one dict per load/load_inline call, in order
         self.failure = None   # dict(call=..., output=str) for the first failed build
+        self.not_built = None  # run stage: name of the first extension found missing
         self._module = None
         self._originals = {}
+        self._versions = {}   # name -> (key of the last call, version), as torch counts
 
     def install(self):
         import torch.utils.cpp_extension as ce
@@ -55,10 +70,11 @@ class ExtensionHook(object):
 
     @contextlib.contextmanager
     def _keep_unchanged_sources(self, ext_dir):
-        """Old torch (no _maybe_write, e.g. 1.13) rewrites main.cpp/cuda.cu on
-        every load_inline, so ninja would rebuild in the run stage what the
-        compile stage built. Restore the mtime of files whose content did not
-        change just before ninja runs. Newer torch needs nothing."""
+        """Compile stage only. Old torch (no _maybe_write, e.g. 1.13) rewrites
+        main.cpp/cuda.cu on every load_inline, so ninja would rebuild what an
+        earlier build in the same directory left. Restore the mtime of files
+        whose content did not change just before ninja runs. Newer torch needs
+        nothing, and the run stage never builds."""
         ce = self._module
         build = getattr(ce, "_write_ninja_file_and_build_library", None)
         if hasattr(ce, "_maybe_write") or build is None or not ext_dir or \
@@ -106,6 +122,8 @@ class ExtensionHook(object):
             try:
                 bound = sig.bind(*args, **kwargs)
             except Exception:
+                if not self.build:
+                    raise  # the TypeError torch would raise, without building
                 return original(*args, **kwargs)  # let torch report the bad call
             a = bound.arguments
             if kind == "load_inline":
@@ -117,6 +135,8 @@ class ExtensionHook(object):
             call = {"kind": kind, "name": name, "sources": sources,
                     "ext_dir": self._ext_dir(name, a.get("build_directory"))}
             self.calls.append(call)
+            if not self.build:
+                return self._load_built(call, a, sig)
             if "verbose" in sig.parameters:
                 # verbose=True sends ninja's output to fd 1 instead of the
                 # exception: force capture so a failure's log can be mapped.
@@ -143,3 +163,64 @@ class ExtensionHook(object):
 
         wrapper._kbox_wrapped = True
         return wrapper
+
+    def _version(self, name, arguments):
+        """torch's JIT_EXTENSION_VERSIONER: a second call with the same name but
+        other sources or flags in one process builds `<name>_v1`, and so on."""
+        key = repr(sorted((k, repr(v)) for k, v in arguments.items() if k != "verbose"))
+        last = self._versions.get(name)
+        version = 0 if last is None else (last[1] if last[0] == key else last[1] + 1)
+        self._versions[name] = (key, version)
+        return version
+
+    def _load_built(self, call, a, sig):
+        """Run stage: imports `<ext_dir>/<name>.so` as torch would after building it."""
+        name = call["name"]
+        defaults = {k: p.default for k, p in sig.parameters.items()}
+        is_python_module = a.get("is_python_module", defaults.get("is_python_module", True))
+        is_standalone = a.get("is_standalone", defaults.get("is_standalone", False))
+        version = self._version(name, a)
+        module_name = "%s_v%d" % (name, version) if version > 0 else name
+        ext_dir = call["ext_dir"]
+        if is_standalone:
+            path = os.path.join(ext_dir, module_name)
+        else:
+            path = os.path.join(ext_dir, module_name + _lib_ext())
+        if not ext_dir or not os.path.isfile(path):
+            if self.not_built is None:
+                self.not_built = name
+            raise ExtensionNotBuilt("extension %s was not built in the compile stage" % name)
+        if is_standalone:
+            return path  # an executable: running it is forbidden here anyway
+        try:
+            return _import_library(self._module, module_name, ext_dir, path,
+                                   bool(is_python_module))
+        except (ImportError, OSError) as e:
+            # Built, but does not load (undefined symbol, ...): as in the compile stage.
+            if self.failure is None:
+                self.failure = {"call": call, "output": "%s: %s" % (type(e).__name__, e)}
+            raise ExtensionBuildFailed("extension %r failed to load" % name)
+
+
+def _lib_ext():
+    return ".pyd" if os.name == "nt" else ".so"
+
+
+def _import_library(ce, module_name, ext_dir, path, is_python_module):
+    """torch's own loader where it has one, importlib's machinery otherwise."""
+    if not is_python_module:
+        import torch
+        torch.ops.load_library(path)
+        return path  # what torch 2.x returns (1.13 returned None)
+    loader = getattr(ce, "_import_module_from_library", None)
+    if loader is not None:
+        try:
+            return loader(module_name, ext_dir, True)
+        except TypeError:
+            pass  # another signature: load it ourselves
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError("cannot load %s" % path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -66,6 +66,8 @@ class StageSpec(object):
         self.performance_trials = _int(d.get("performance_trials"))
         self.warmup_calls = _int(d.get("warmup_calls"))
         self.max_log_bytes = _int(d.get("max_log_bytes")) or DEFAULT_MAX_LOG_BYTES
+        self.strict_seccomp_bpf = str(d.get("strict_seccomp_bpf") or "")
+        self.ptxas_path = str(d.get("ptxas_path") or "")
 
     @property
     def is_gpu(self):

@@ -6,7 +6,7 @@ import random
 import torch
 
 from . import (candidate_import, compare, errors, extension_hook, fingerprint, modules,
-               sanitize, timing)
+               sanitize, strict_filter, timing)
 from .protocol import CANDIDATE, HARNESS, REFERENCE
 
 _DTYPES = {"PRECISION_FP16": torch.float16, "PRECISION_BF16": torch.bfloat16}
@@ -41,6 +41,7 @@ class RunStage(object):
         self.phase_ms = {}
         self.trials = []
         self.report = {"phase_ms": self.phase_ms}
+        self.broker = None
 
     # -- running client code ------------------------------------------------
     def call(self, party, fn, *args):
@@ -105,6 +106,13 @@ class RunStage(object):
     # -- the stage ----------------------------------------------------------
     def run(self):
         self.pipe.enter(HARNESS)
+        if self.spec.ptxas_path:
+            # Forked first: before CUDA exists in this process and before any
+            # client code could tamper with what the broker inherits.
+            t0 = timing.now_ms()
+            from . import tool_broker
+            self.broker = tool_broker.Broker(self.spec.ptxas_path).start()
+            self._timed("tool_broker", t0)
         self.report["fingerprint"] = dict(fingerprint.software(), **fingerprint.device(self.device))
         try:
             self._run()
@@ -126,8 +134,32 @@ class RunStage(object):
     def _timed(self, name, t0):
         self.phase_ms[name] = timing.now_ms() - t0
 
+    def _init_cuda(self):
+        """Everything CUDA sets up once (context, its threads and memfds, cuBLAS)
+        happens here, before the strict filter, under HARNESS."""
+        torch.cuda.init()
+        x = torch.ones((16, 16), device=self.device)
+        y = (x @ x + 1).sum()
+        torch.cuda.synchronize(self.device)
+        del x, y
+
+    def _prepare_triton(self):
+        from . import triton_prep
+        if self.spec.strict_seccomp_bpf:
+            triton_prep.warm()
+        if self.broker is not None:
+            triton_prep.install(self.broker)
+
     def _run(self):
         spec = self.spec
+        if self.device.type == "cuda":
+            t0 = timing.now_ms()
+            self._init_cuda()
+            self._timed("cuda_init", t0)
+        if spec.backend == "BACKEND_TRITON" and (spec.strict_seccomp_bpf or self.broker):
+            t0 = timing.now_ms()
+            self._prepare_triton()
+            self._timed("triton_prep", t0)
         t0 = timing.now_ms()
         ref = self.call(REFERENCE, modules.load_module, modules.REFERENCE_MODULE,
                         spec.reference_path)
@@ -136,6 +168,16 @@ class RunStage(object):
         get_init_inputs = self.call(REFERENCE, modules.require, ref, "get_init_inputs",
                                     "reference")
         self._timed("import_reference", t0)
+
+        if spec.strict_seccomp_bpf:
+            # From here on no thread of this process may fork or exec.
+            self.pipe.enter(HARNESS)
+            # Its import looks for nvcc/hipcc with `which` when CUDA_HOME /
+            # ROCM_HOME are unset: done now, while a process may still start.
+            import torch.utils.cpp_extension  # noqa: F401
+            t0 = timing.now_ms()
+            strict_filter.install(spec.strict_seccomp_bpf)
+            self._timed("strict_filter", t0)
 
         ModelNew = self._import_candidate()
 
@@ -194,7 +236,9 @@ class RunStage(object):
         imp = candidate_import.import_candidate(spec, self.pipe)
         self.phase_ms["import_candidate"] = imp.ms
         syntax = imp.syntax_error(spec.candidate_path)
-        if imp.build_failed:
+        if imp.not_built is not None:
+            message, log = candidate_import.not_built_failure(spec, imp.not_built, self.scrubber)
+        elif imp.build_failed:
             message, log = candidate_import.build_failure(spec, imp, self.scrubber)
         elif syntax is not None:
             message, log = candidate_import.syntax_failure(spec, syntax, self.scrubber)

@@ -1,0 +1,111 @@
+"""Every CPU case of ../shared/corpus/escapes, through the real daemon and its
+sandbox: none may be rewarded, each must end with the outcome its kind calls
+for, none of the host-side effects named in its expect.json may happen, and
+kboxd keeps serving (an honest job afterwards is CORRECT)."""
+import json
+import os
+import time
+
+import pytest
+
+import kbox_it as it
+
+CASES = it.corpus_escape_cases()
+
+# What each kind of escape must end as (several are acceptable where the
+# sandbox may stop it at more than one layer).
+EXPECTED_STATUS = {
+    "esc_infinite_loop_cpu": {"TIMEOUT"},
+    "esc_memory_bomb_cpu": {"SANDBOX_VIOLATION"},
+    "esc_compile_include_passwd_cpu": {"COMPILE_ERROR"},
+    "esc_stdout_flood_cpu": {"RUNTIME_ERROR"},
+    "esc_disk_fill_cpu": {"SANDBOX_VIOLATION", "RUNTIME_ERROR"},
+    "esc_fork_bomb_cpu": {"SANDBOX_VIOLATION", "RUNTIME_ERROR"},
+}
+# A job's output kept in a result: process_runner's tail (8 KiB) plus the
+# compile stage's, sanitised.
+MAX_OUTPUT_TAIL = 2 * 8192 * 3
+
+
+def expect_of(case):
+    with open(os.path.join(it.shared_dir(), "corpus", "escapes", case, "expect.json")) as f:
+        return json.load(f)
+
+
+def text_of(result):
+    """Everything of a result a client would see, as one string."""
+    return json.dumps(result)
+
+
+@pytest.fixture(scope="module")
+def escape_results(jobs):
+    return {case: jobs.result("escape:" + case) for case in CASES}
+
+
+def test_escape_corpus_is_present():
+    assert len(CASES) >= 13, "escape corpus not found under %s" % it.shared_dir()
+
+
+@pytest.mark.waits_for_jobs
+@pytest.mark.parametrize("case", CASES)
+def test_escape_is_not_rewarded(escape_results, case):
+    r = escape_results[case]
+    assert expect_of(case)["rewardable"] is False
+    assert r["rewardable"] is False, it.describe(r)
+    assert r["status"] not in ("CORRECT", "INFRA_ERROR"), it.describe(r)
+    if case in EXPECTED_STATUS:
+        assert r["status"] in EXPECTED_STATUS[case], it.describe(r)
+    assert len(r.get("output_tail", "").encode()) <= MAX_OUTPUT_TAIL
+
+
+@pytest.mark.waits_for_jobs
+def test_no_escape_left_a_file_on_the_host(escape_results):
+    leftovers = [p for p in ("/tmp/kbox_canary_esc_canary_file_cpu_import",
+                             "/tmp/kbox_canary_esc_canary_file_cpu_forward",
+                             "/tmp/kbox_daemon_esc_daemonize_cpu.pid")
+                 if os.path.exists(p)]
+    assert not leftovers, leftovers
+
+
+@pytest.mark.waits_for_jobs
+def test_no_escape_left_a_process(daemon, escape_results):
+    # Daemonised and forked children die with their sandbox; allow the
+    # kernel a moment to reap them.
+    deadline = time.monotonic() + 5
+    while True:
+        alive = it.processes_mentioning(daemon.work_dir, exclude_pids=(os.getpid(), daemon.pid))
+        if not alive or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert not alive, alive
+
+
+@pytest.mark.waits_for_jobs
+def test_network_escape_reached_nothing(escape_traps, escape_results):
+    assert escape_traps.connections == 0
+
+
+@pytest.mark.waits_for_jobs
+def test_no_host_secret_leaked(escape_traps, escape_results):
+    secrets = [escape_traps.marker, it.DAEMON_SECRET]
+    for path in ("/etc/shadow", "/etc/passwd", it.TOKEN_FILE):
+        secrets += it.host_secret_lines(path)
+    for case, r in escape_results.items():
+        text = text_of(r)
+        leaked = [s for s in secrets if s in text]
+        assert not leaked, "%s leaked %s:\n%s" % (case, leaked[:3], it.describe(r))
+
+
+@pytest.mark.waits_for_jobs
+def test_daemon_still_serves_after_the_escapes(daemon, jobs, escape_results):
+    assert it.request(daemon.port, "GET", "/healthz").status == 200
+    # The next honest job after all of them: the bundled example, through
+    # the same daemon.
+    payload = {"reference_source": it.read(os.path.join(it.EXAMPLE_DIR, "reference.py")),
+               "candidate_source": it.read(os.path.join(it.EXAMPLE_DIR, "candidate.py")),
+               "backend": "BACKEND_CPU", "measure_performance": False,
+               "client_request_id": "it-after-escapes"}
+    reply = it.post_json(daemon.port, payload, timeout=600)
+    assert reply.status == 200, reply.text
+    r = reply.json()
+    assert r["status"] == "CORRECT" and r["rewardable"] is True, it.describe(r)

@@ -1,0 +1,145 @@
+// kbox-sandboxee: tries ONE forbidden thing, named by its first argument, and
+// exits with kGotThrough only if it succeeded. Run under kbox-sandbox by
+// sandbox_test.cc; a seccomp kill shows up as death by SIGSYS.
+//
+//   read PATH        open and read a file (e.g. /etc/shadow, another job's scratch)
+//   list PATH        list a directory (the host's /root, /home)
+//   connect          TCP connect to 127.0.0.1:47631
+//   ptrace-parent    PTRACE_ATTACH to the parent
+//   vm-read-parent   process_vm_readv from the parent
+//   fork N           fork N children that sleep (past the process limit)
+//   fill PATH BYTES  write BYTES to PATH (past the disk cap)
+//   mount            mount a tmpfs
+//   unshare          create a new user namespace
+//   keyctl           read the session keyring
+//   setuid0          become uid 0 of the host
+//   kill-init        SIGKILL pid 1 of the sandbox (its init)
+//   exec PATH        execve PATH (e.g. a compiler hidden from run stages)
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/keyctl.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/ptrace.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+constexpr int kGotThrough = 42;  // The forbidden thing worked.
+constexpr int kRefused = 0;      // It failed with an error, as it must.
+constexpr int kUsage = 2;
+
+int Refused(const char* what) {
+  std::fprintf(stderr, "sandboxee: %s refused: %s\n", what, std::strerror(errno));
+  return kRefused;
+}
+
+int Read(const char* path) {
+  const int fd = ::open(path, O_RDONLY);
+  if (fd < 0) return Refused(path);
+  char buf[64];
+  return ::read(fd, buf, sizeof buf) >= 0 ? kGotThrough : Refused(path);
+}
+
+int List(const char* path) {
+  DIR* dir = ::opendir(path);
+  if (!dir) return Refused(path);
+  int entries = 0;
+  while (dirent* e = ::readdir(dir)) {
+    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) ++entries;
+  }
+  ::closedir(dir);
+  // An empty mount point reveals nothing of the host.
+  return entries > 0 ? kGotThrough : kRefused;
+}
+
+int Connect() {
+  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (s < 0) return Refused("socket");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(47631);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return ::connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 ? kGotThrough
+                                                                             : Refused("connect");
+}
+
+int Fork(int n) {
+  for (int i = 0; i < n; ++i) {
+    const pid_t pid = ::fork();
+    if (pid < 0) return Refused("fork");
+    if (pid == 0) {
+      ::sleep(30);
+      ::_exit(0);
+    }
+  }
+  return kGotThrough;
+}
+
+int Fill(const char* path, long long bytes) {
+  const int fd = ::open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return Refused(path);
+  std::vector<char> block(1 << 20, 'x');
+  for (long long done = 0; done < bytes; done += static_cast<long long>(block.size())) {
+    if (::write(fd, block.data(), block.size()) != static_cast<ssize_t>(block.size())) {
+      return Refused("write");
+    }
+  }
+  return kGotThrough;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return kUsage;
+  const std::string what = argv[1];
+  if (what == "read" && argc == 3) return Read(argv[2]);
+  if (what == "list" && argc == 3) return List(argv[2]);
+  if (what == "connect") return Connect();
+  if (what == "ptrace-parent") {
+    return ::ptrace(PTRACE_ATTACH, ::getppid(), nullptr, nullptr) == 0 ? kGotThrough
+                                                                        : Refused("ptrace");
+  }
+  if (what == "vm-read-parent") {
+    char local[16];
+    char* remote = reinterpret_cast<char*>(&local);  // Same layout in the parent: a valid address.
+    iovec l{local, sizeof local}, r{remote, sizeof local};
+    return ::process_vm_readv(::getppid(), &l, 1, &r, 1, 0) > 0 ? kGotThrough
+                                                                : Refused("process_vm_readv");
+  }
+  if (what == "fork" && argc == 3) return Fork(std::atoi(argv[2]));
+  if (what == "fill" && argc == 4) return Fill(argv[2], std::atoll(argv[3]));
+  if (what == "mount") {
+    return ::mount("tmpfs", "/tmp", "tmpfs", 0, nullptr) == 0 ? kGotThrough : Refused("mount");
+  }
+  if (what == "unshare") return ::unshare(CLONE_NEWUSER) == 0 ? kGotThrough : Refused("unshare");
+  if (what == "keyctl") {
+    return ::syscall(SYS_keyctl, KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, 0) >= 0
+               ? kGotThrough
+               : Refused("keyctl");
+  }
+  if (what == "setuid0") return ::setuid(0) == 0 && ::getuid() == 0 ? kGotThrough : Refused("setuid");
+  if (what == "kill-init") {
+    ::kill(1, SIGKILL);
+    ::usleep(200 * 1000);
+    return ::kill(1, 0) != 0 ? kGotThrough : kRefused;  // Init still there: refused.
+  }
+  if (what == "exec" && argc >= 3) {
+    ::execv(argv[2], argv + 2);
+    return Refused("execv");
+  }
+  return kUsage;
+}

@@ -1,0 +1,215 @@
+#include "worker/job_cgroup.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <optional>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace kbox {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr const char* kCgroupFs = "/sys/fs/cgroup";
+
+bool WriteValue(const fs::path& file, const std::string& value) {
+  std::ofstream out(file);
+  out << value << std::flush;
+  return static_cast<bool>(out);
+}
+
+std::string ReadValue(const fs::path& file) {
+  std::ifstream in(file);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The value of `key` in a flat-keyed file such as memory.events.
+uint64_t KeyedValue(const fs::path& file, const std::string& key) {
+  std::istringstream in(ReadValue(file));
+  std::string name;
+  uint64_t value = 0;
+  while (in >> name >> value) {
+    if (name == key) return value;
+  }
+  return 0;
+}
+
+// This process's cgroup path in the hierarchy whose /proc/self/cgroup line
+// matches `controller` ("" for the v2 line "0::/path").
+std::optional<std::string> OwnCgroupPath(const std::string& controller) {
+  std::ifstream in("/proc/self/cgroup");
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto first = line.find(':');
+    const auto second = line.find(':', first + 1);
+    if (first == std::string::npos || second == std::string::npos) continue;
+    const std::string controllers = line.substr(first + 1, second - first - 1);
+    std::istringstream list(controllers);
+    std::string c;
+    bool match = controller.empty() ? controllers.empty() : false;
+    while (!controller.empty() && std::getline(list, c, ',')) match |= c == controller;
+    if (match) return line.substr(second + 1);
+  }
+  return std::nullopt;
+}
+
+std::vector<pid_t> Procs(const fs::path& group) {
+  std::istringstream in(ReadValue(group / "cgroup.procs"));
+  std::vector<pid_t> pids;
+  long pid = 0;
+  while (in >> pid) pids.push_back(static_cast<pid_t>(pid));
+  return pids;
+}
+
+bool RemoveWhenEmpty(const fs::path& dir) {
+  // rmdir fails with EBUSY until the last killed task has been reaped.
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    if (::rmdir(dir.c_str()) == 0 || errno == ENOENT) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+}  // namespace
+
+boost::system::result<CgroupRoot, CgroupError> CgroupRoot::Create(const std::string& name) {
+  CgroupRoot root;
+  std::error_code ec;
+  if (fs::exists(fs::path(kCgroupFs) / "cgroup.controllers", ec)) {
+    const auto own = OwnCgroupPath("");
+    if (!own) return CgroupError{"no cgroup v2 entry in /proc/self/cgroup"};
+    fs::path parent = fs::path(kCgroupFs) / fs::path(*own).relative_path();
+    // cgroup v2 forbids processes in a group that delegates controllers:
+    // kboxd moves itself into a leaf of its own group first (as nsjail does).
+    if (!WriteValue(parent / "cgroup.subtree_control", "+memory +pids")) {
+      const fs::path self = parent / "kboxd";
+      fs::create_directory(self, ec);
+      if (!WriteValue(self / "cgroup.procs", std::to_string(::getpid())) ||
+          !WriteValue(parent / "cgroup.subtree_control", "+memory +pids")) {
+        return CgroupError{"cgroup v2 at " + parent.string() +
+                           " does not delegate the memory and pids controllers to kboxd"};
+      }
+    }
+    const fs::path base = parent / name;
+    fs::create_directory(base, ec);
+    if (ec || !WriteValue(base / "cgroup.subtree_control", "+memory +pids")) {
+      return CgroupError{"cannot create " + base.string() + ": " + ec.message()};
+    }
+    root.version_ = 2;
+    root.bases_ = {base};
+    return root;
+  }
+  // cgroup v1: one hierarchy per controller.
+  for (const char* controller : {"memory", "pids"}) {
+    const auto own = OwnCgroupPath(controller);
+    const fs::path mount = fs::path(kCgroupFs) / controller;
+    if (!own || !fs::exists(mount / "cgroup.procs", ec)) {
+      return CgroupError{std::string("no cgroup v1 ") + controller + " hierarchy at " + mount.string()};
+    }
+    const fs::path base = mount / fs::path(*own).relative_path() / name;
+    fs::create_directories(base, ec);
+    if (ec) return CgroupError{"cannot create " + base.string() + ": " + ec.message()};
+    root.bases_.push_back(base);
+  }
+  root.version_ = 1;
+  return root;
+}
+
+CgroupRoot::CgroupRoot(CgroupRoot&& other) noexcept
+    : version_(other.version_), bases_(std::move(other.bases_)) {
+  other.bases_.clear();
+}
+
+CgroupRoot::~CgroupRoot() {
+  for (const auto& base : bases_) ::rmdir(base.c_str());
+}
+
+std::string CgroupRoot::Describe() const {
+  return version_ == 2 ? "cgroup v2 (memory, pids)" : "cgroup v1 (memory, pids)";
+}
+
+boost::system::result<JobCgroup, CgroupError> CgroupRoot::CreateJob(const std::string& name,
+                                                                    const CgroupLimits& limits) const {
+  JobCgroup job;
+  job.version_ = version_;
+  for (const auto& base : bases_) {
+    const fs::path dir = base / name;
+    if (::mkdir(dir.c_str(), 0755) != 0) {
+      return CgroupError{"cannot create " + dir.string() + ": " + std::strerror(errno)};
+    }
+    job.dirs_.push_back(dir);
+  }
+  const auto set = [&](const fs::path& file, const std::string& value, bool required) {
+    return WriteValue(file, value) || !required;
+  };
+  bool ok = true;
+  if (version_ == 2) {
+    const fs::path& d = job.dirs_[0];
+    ok = set(d / "memory.max", std::to_string(limits.memory_bytes), true) &&
+         set(d / "memory.swap.max", "0", false) &&  // Absent when swap accounting is off.
+         set(d / "memory.oom.group", "1", false) &&
+         set(d / "pids.max", std::to_string(limits.pids), true);
+  } else {
+    const fs::path& mem = job.dirs_[0];
+    ok = set(mem / "memory.limit_in_bytes", std::to_string(limits.memory_bytes), true) &&
+         set(mem / "memory.memsw.limit_in_bytes", std::to_string(limits.memory_bytes), false) &&
+         set(job.dirs_[1] / "pids.max", std::to_string(limits.pids), true);
+  }
+  if (!ok) return CgroupError{"cannot set the limits of cgroup " + name};
+  return job;
+}
+
+JobCgroup::JobCgroup(JobCgroup&& other) noexcept
+    : version_(other.version_), dirs_(std::move(other.dirs_)) {
+  other.dirs_.clear();
+}
+
+JobCgroup::~JobCgroup() {
+  if (dirs_.empty()) return;
+  KillAll();
+  for (const auto& dir : dirs_) RemoveWhenEmpty(dir);
+}
+
+std::vector<std::string> JobCgroup::ProcsFiles() const {
+  std::vector<std::string> files;
+  for (const auto& dir : dirs_) files.push_back((dir / "cgroup.procs").string());
+  return files;
+}
+
+void JobCgroup::KillAll() const {
+  if (dirs_.empty()) return;
+  if (version_ == 2 && WriteValue(dirs_[0] / "cgroup.kill", "1")) return;
+  // v1 (or a kernel before 5.14): kill what is listed until nothing is.
+  for (int round = 0; round < 100; ++round) {
+    bool any = false;
+    for (const auto& dir : dirs_) {
+      for (pid_t pid : Procs(dir)) {
+        ::kill(pid, SIGKILL);
+        any = true;
+      }
+    }
+    if (!any) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+bool JobCgroup::MemoryLimitHit() const {
+  if (dirs_.empty()) return false;
+  if (version_ == 2) return KeyedValue(dirs_[0] / "memory.events", "oom_kill") > 0;
+  return KeyedValue(dirs_[0] / "memory.oom_control", "oom_kill") > 0;
+}
+
+bool JobCgroup::PidsLimitHit() const {
+  if (dirs_.empty()) return false;
+  return KeyedValue(dirs_.back() / "pids.events", "max") > 0;
+}
+
+}  // namespace kbox

@@ -1,0 +1,74 @@
+#pragma once
+
+// Per-stage cgroups: a memory limit without swap and a process limit for
+// everything a stage starts, a reliable way to kill all of it, and whether a
+// limit was hit. cgroup v2 where the host delegates it (the GPU machine and
+// current Kubernetes nodes), cgroup v1 otherwise (this project's CI).
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <boost/system/result.hpp>
+
+namespace kbox {
+
+struct CgroupError {
+  std::string message;
+};
+
+struct CgroupLimits {
+  uint64_t memory_bytes = 16ull << 30;
+  uint32_t pids = 1024;
+};
+
+class JobCgroup;
+
+// kboxd's own group of job cgroups ("kbox-<pid>" beside or below kboxd).
+class CgroupRoot {
+ public:
+  // Detects the host's cgroup version and creates the base group(s). Errors
+  // say what the host does not delegate.
+  static boost::system::result<CgroupRoot, CgroupError> Create(const std::string& name);
+
+  CgroupRoot(CgroupRoot&& other) noexcept;
+  CgroupRoot(const CgroupRoot&) = delete;
+  ~CgroupRoot();
+
+  // "cgroup v2 (memory, pids)" or "cgroup v1 (memory, pids)".
+  std::string Describe() const;
+
+  // A fresh group `name` with `limits`, removed (after killing what is left
+  // in it) when the returned object is destroyed.
+  boost::system::result<JobCgroup, CgroupError> CreateJob(const std::string& name,
+                                                          const CgroupLimits& limits) const;
+
+ private:
+  CgroupRoot() = default;
+  int version_ = 0;
+  std::vector<std::filesystem::path> bases_;
+};
+
+class JobCgroup {
+ public:
+  JobCgroup(JobCgroup&& other) noexcept;
+  JobCgroup(const JobCgroup&) = delete;
+  ~JobCgroup();
+
+  // The cgroup.procs files a process writes its pid to, to join.
+  std::vector<std::string> ProcsFiles() const;
+  // SIGKILLs every process in the group (cgroup.kill on v2).
+  void KillAll() const;
+  // Whether the memory limit killed a process / the pids limit refused a fork.
+  bool MemoryLimitHit() const;
+  bool PidsLimitHit() const;
+
+ private:
+  friend class CgroupRoot;
+  JobCgroup() = default;
+  int version_ = 0;
+  std::vector<std::filesystem::path> dirs_;  // v1: memory, pids; v2: one.
+};
+
+}  // namespace kbox

@@ -1,0 +1,191 @@
+#include "worker/sandbox/filesystem.h"
+
+#include <fcntl.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace kbox::sandbox {
+namespace fs = std::filesystem;
+namespace {
+
+// Flags a bind mount inherits from its source that a user namespace may not
+// clear (the kernel "locks" them); a read-only remount must repeat them.
+unsigned long LockedFlags(const std::string& path) {
+  struct statvfs st {};
+  if (::statvfs(path.c_str(), &st) != 0) return 0;
+  unsigned long flags = 0;
+  if (st.f_flag & ST_NOSUID) flags |= MS_NOSUID;
+  if (st.f_flag & ST_NODEV) flags |= MS_NODEV;
+  if (st.f_flag & ST_NOEXEC) flags |= MS_NOEXEC;
+  if (st.f_flag & ST_NOATIME) flags |= MS_NOATIME;
+  if (st.f_flag & ST_NODIRATIME) flags |= MS_NODIRATIME;
+  if (st.f_flag & ST_RELATIME) flags |= MS_RELATIME;
+  return flags;
+}
+
+StepError MakeParents(const fs::path& path) {
+  std::error_code ec;
+  fs::create_directories(path.parent_path(), ec);
+  if (ec) return "mkdir " + path.parent_path().string() + ": " + ec.message();
+  return std::nullopt;
+}
+
+// Creates the mount point `target` as a directory or an empty file, like `source`.
+StepError MakeMountPoint(const fs::path& source, const fs::path& target) {
+  if (auto e = MakeParents(target)) return e;
+  std::error_code ec;
+  if (fs::is_directory(source, ec)) {
+    fs::create_directories(target, ec);
+    if (ec) return "mkdir " + target.string() + ": " + ec.message();
+    return std::nullopt;
+  }
+  const int fd = ::open(target.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return Errno("create " + target.string());
+  ::close(fd);
+  return std::nullopt;
+}
+
+StepError Bind(const std::string& source, const fs::path& target, unsigned long extra_flags) {
+  if (auto e = MakeMountPoint(source, target)) return e;
+  if (::mount(source.c_str(), target.c_str(), nullptr, MS_BIND, nullptr) != 0) {
+    return Errno("bind " + source);
+  }
+  const unsigned long flags = MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | extra_flags |
+                              LockedFlags(source);
+  if (::mount(nullptr, target.c_str(), nullptr, flags, nullptr) != 0) {
+    return Errno("remount " + target.string());
+  }
+  return std::nullopt;
+}
+
+// A host path that is a symbolic link (/lib -> usr/lib on merged-/usr
+// systems) becomes the same link inside, never a bind of its target.
+StepError BindOrLink(const std::string& source, const fs::path& root, unsigned long flags) {
+  std::error_code ec;
+  const fs::path target = root / fs::path(source).relative_path();
+  const auto status = fs::symlink_status(source, ec);
+  if (ec || !fs::exists(status)) return std::nullopt;  // Missing paths are skipped.
+  if (fs::is_symlink(status)) {
+    if (fs::exists(fs::symlink_status(target, ec))) return std::nullopt;
+    if (auto e = MakeParents(target)) return e;
+    fs::create_symlink(fs::read_symlink(source), target, ec);
+    if (ec) return "symlink " + target.string() + ": " + ec.message();
+    return std::nullopt;
+  }
+  return Bind(source, target, flags);
+}
+
+StepError MountTmpfs(const fs::path& target, uint64_t bytes, const char* mode) {
+  std::error_code ec;
+  fs::create_directories(target, ec);
+  if (ec) return "mkdir " + target.string() + ": " + ec.message();
+  const std::string options = "size=" + std::to_string(bytes) + ",mode=" + mode;
+  if (::mount("tmpfs", target.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, options.c_str()) != 0) {
+    return Errno("mount tmpfs on " + target.string());
+  }
+  return std::nullopt;
+}
+
+StepError WriteFile(const fs::path& path, const std::string& content) {
+  if (auto e = MakeParents(path)) return e;
+  std::ofstream out(path);
+  out << content;
+  if (!out) return "write " + path.string() + " failed";
+  return std::nullopt;
+}
+
+StepError BuildDev(const fs::path& root, const v1::SandboxSpec& spec) {
+  const fs::path dev = root / "dev";
+  if (auto e = MountTmpfs(dev, 1 << 20, "0755")) return e;
+  for (const auto& node : spec.devices()) {
+    std::error_code ec;
+    if (!fs::exists(node, ec)) continue;  // e.g. no GPU on this host.
+    if (auto e = MakeMountPoint(node, root / fs::path(node).relative_path())) return e;
+    // Device nodes need a bind without MS_NODEV.
+    const fs::path target = root / fs::path(node).relative_path();
+    if (::mount(node.c_str(), target.c_str(), nullptr, MS_BIND, nullptr) != 0) {
+      return Errno("bind " + node);
+    }
+  }
+  std::error_code ec;
+  fs::create_symlink("/proc/self/fd", dev / "fd", ec);
+  fs::create_symlink("/proc/self/fd/0", dev / "stdin", ec);
+  fs::create_symlink("/proc/self/fd/1", dev / "stdout", ec);
+  fs::create_symlink("/proc/self/fd/2", dev / "stderr", ec);
+  // PyTorch and Python's multiprocessing use POSIX shared memory here.
+  return MountTmpfs(dev / "shm", spec.tmp_bytes(), "1777");
+}
+
+StepError BuildEtc(const fs::path& root, const v1::SandboxSpec& spec) {
+  const std::string id = std::to_string(spec.inside_id());
+  // Python, compilers and ctypes look up the current user; nothing of the
+  // host's account database is needed or shown.
+  if (auto e = WriteFile(root / "etc/passwd", "root:x:0:0::/:/bin/false\nkbox:x:" + id + ":" + id +
+                                                   "::/tmp:/bin/false\n")) {
+    return e;
+  }
+  if (auto e = WriteFile(root / "etc/group", "root:x:0:\nkbox:x:" + id + ":\n")) return e;
+  return WriteFile(root / "etc/hostname", spec.hostname() + "\n");
+}
+
+}  // namespace
+
+StepError BuildRootFilesystem(const v1::SandboxSpec& spec) {
+  // Nothing done below may propagate back to the host's mounts.
+  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+    return Errno("make / private");
+  }
+  const fs::path root = spec.root_mount_point();
+  if (auto e = MountTmpfs(root, spec.root_tmpfs_bytes(), "0755")) return e;
+  // /tmp first: a job directory below the host's /tmp is bound on top of it.
+  if (auto e = MountTmpfs(root / "tmp", spec.tmp_bytes(), "1777")) return e;
+  for (const auto& path : spec.ro_paths()) {
+    if (auto e = BindOrLink(path, root, MS_RDONLY)) return e;
+  }
+  for (const auto& path : spec.rw_paths()) {
+    if (auto e = Bind(path, root / fs::path(path).relative_path(), 0)) return e;
+  }
+  for (const auto& path : spec.masked_paths()) {
+    // Resolve on the host: the same path is bound inside, and a symbolic
+    // link must not lead the mount outside the new root.
+    std::error_code ec;
+    const fs::path real = fs::canonical(path, ec);
+    if (ec || !fs::is_directory(real, ec)) continue;
+    const fs::path target = root / real.relative_path();
+    if (auto e = MountTmpfs(target, 4096, "0755")) return e;
+    if (::mount(nullptr, target.c_str(), nullptr, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV,
+                "size=4096") != 0) {
+      return Errno("mask " + path);
+    }
+  }
+  if (auto e = BuildDev(root, spec)) return e;
+  if (auto e = BuildEtc(root, spec)) return e;
+  const fs::path proc = root / "proc";
+  std::error_code ec;
+  fs::create_directories(proc, ec);
+  // A fresh procfs of the new pid namespace: only the sandbox's processes.
+  if (::mount("proc", proc.c_str(), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) {
+    return Errno("mount /proc");
+  }
+
+  // pivot_root(".", ".") stacks the old root under the new one; detaching it
+  // leaves no path back to the host's tree.
+  if (::chdir(root.c_str()) != 0) return Errno("chdir " + root.string());
+  if (::syscall(SYS_pivot_root, ".", ".") != 0) return Errno("pivot_root");
+  if (::umount2(".", MNT_DETACH) != 0) return Errno("detach the old root");
+  if (::chdir("/") != 0) return Errno("chdir /");
+  // The skeleton (mount points, /etc) is fixed from here on.
+  if (::mount(nullptr, "/", nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV,
+              nullptr) != 0) {
+    return Errno("remount / read-only");
+  }
+  return std::nullopt;
+}
+
+}  // namespace kbox::sandbox

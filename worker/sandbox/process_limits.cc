@@ -1,0 +1,75 @@
+#include "worker/sandbox/process_limits.h"
+
+#include <linux/capability.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+namespace kbox::sandbox {
+namespace {
+
+StepError SetLimit(int resource, const char* name, uint64_t soft, uint64_t hard) {
+  if (soft == 0) return std::nullopt;
+  const rlimit limit{static_cast<rlim_t>(soft), static_cast<rlim_t>(hard)};
+  if (::setrlimit(resource, &limit) != 0) return Errno(std::string("setrlimit ") + name);
+  return std::nullopt;
+}
+
+}  // namespace
+
+StepError ApplyRlimits(const v1::SandboxRlimits& l) {
+  // No core files: they would land in the job's directory and leak memory.
+  const rlimit zero{0, 0};
+  if (::setrlimit(RLIMIT_CORE, &zero) != 0) return Errno("setrlimit CORE");
+  if (auto e = SetLimit(RLIMIT_NOFILE, "NOFILE", l.nofile(), l.nofile())) return e;
+  if (auto e = SetLimit(RLIMIT_FSIZE, "FSIZE", l.fsize_bytes(), l.fsize_bytes())) return e;
+  if (auto e = SetLimit(RLIMIT_NPROC, "NPROC", l.nproc(), l.nproc())) return e;
+  // SIGXCPU at the soft limit, SIGKILL a second later.
+  if (auto e = SetLimit(RLIMIT_CPU, "CPU", l.cpu_seconds(), l.cpu_seconds() + 1)) return e;
+  if (auto e = SetLimit(RLIMIT_STACK, "STACK", l.stack_bytes(), l.stack_bytes())) return e;
+  // Locked memory would escape the memory cgroup's reclaim.
+  return SetLimit(RLIMIT_MEMLOCK, "MEMLOCK", 64 << 10, 64 << 10);
+}
+
+StepError BecomeSandboxUser(unsigned id) {
+  // Empty the bounding set first (it needs CAP_SETPCAP, gone after setresuid),
+  // so nothing can regain a capability later.
+  for (int cap = 0; cap <= CAP_LAST_CAP; ++cap) {
+    if (::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) {
+      return Errno("PR_CAPBSET_DROP " + std::to_string(cap));
+    }
+  }
+  if (::setresgid(id, id, id) != 0) return Errno("setresgid");
+  if (::setresuid(id, id, id) != 0) return Errno("setresuid");
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2] = {};
+  if (::syscall(SYS_capset, &header, data) != 0) return Errno("capset");
+  return std::nullopt;
+}
+
+StepError SetNoNewPrivs() {
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return Errno("PR_SET_NO_NEW_PRIVS");
+  return std::nullopt;
+}
+
+StepError CloseOtherFds(const std::vector<int>& keep) {
+  std::vector<int> sorted = keep;
+  sorted.push_back(2);
+  std::sort(sorted.begin(), sorted.end());
+  int next = 3;
+  for (int fd : sorted) {
+    if (fd < next) continue;
+    if (fd > next && ::close_range(static_cast<unsigned>(next), static_cast<unsigned>(fd - 1), 0) != 0) {
+      return Errno("close_range");
+    }
+    next = fd + 1;
+  }
+  if (::close_range(static_cast<unsigned>(next), ~0U, 0) != 0) return Errno("close_range");
+  return std::nullopt;
+}
+
+}  // namespace kbox::sandbox
+
