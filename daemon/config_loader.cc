@@ -93,6 +93,9 @@ boost::system::result<v1::DaemonConfig, FieldError> ApplyConfigDefaults(v1::Daem
   }
   if (c.max_log_bytes() > 1 << 20) return FieldError{"max_log_bytes", "must be at most 1 MiB"};
   if (c.job_pids() < 64) return FieldError{"job_pids", "must be at least 64 (PyTorch starts many threads)"};
+  if (!(c.job_cpu_cores() >= 0) || c.job_cpu_cores() > 4096) {
+    return FieldError{"job_cpu_cores", "must be between 0 (no limit) and 4096"};
+  }
   if (c.job_memory_bytes() < 256 * kMiB) return FieldError{"job_memory_bytes", "must be at least 256 MiB"};
   for (const auto& path : c.sandbox_ro_paths()) {
     if (path.empty() || path.front() != '/') {

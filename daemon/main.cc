@@ -187,5 +187,6 @@ int main(int argc, char** argv) {
   job_pool.stop();
   job_pool.join();
   fs::remove_all(fs::path(config.work_dir()) / "jobs", ec);
+  if (sandbox->settings) fs::remove(sandbox->settings->root_mount_point, ec);
   return 0;
 }

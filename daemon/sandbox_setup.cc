@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <optional>
 #include <filesystem>
 
 #include "policy/seccomp_policy.h"
@@ -45,21 +44,6 @@ bool CanMountTmpfs(const fs::path& dir) {
   ::umount2(dir.c_str(), MNT_DETACH);
   ::rmdir(dir.c_str());
   return true;
-}
-
-// Sandboxed processes (an unprivileged host uid) reach their job directories
-// by the same path as kboxd: every directory on the way must let others pass.
-std::optional<std::string> CheckSearchable(const fs::path& dir) {
-  for (fs::path p = dir; !p.empty(); p = p.parent_path()) {
-    struct stat st {};
-    if (::stat(p.c_str(), &st) != 0) return "cannot stat " + p.string();
-    if (!(st.st_mode & S_IXOTH)) {
-      return p.string() + " is not searchable by others (no o+x), so sandboxed jobs cannot reach " +
-             dir.string() + "; choose a work_dir below searchable directories (e.g. /var/lib/kbox)";
-    }
-    if (p == p.root_path()) break;
-  }
-  return std::nullopt;
 }
 
 }  // namespace
@@ -114,13 +98,7 @@ boost::system::result<SandboxRuntime, SandboxError> SetUpSandbox(const v1::Daemo
   const fs::path policy_out = work / "policy";
   std::error_code ec;
   fs::create_directories(policy_out, ec);
-  // Others may pass through (not list) the work dir to reach their job.
-  ::chmod(work.c_str(), 0711);
   ::chmod(policy_out.c_str(), 0755);
-  if (auto e = CheckSearchable(work)) return SandboxError{*e};
-  for (const std::string& p : {config.harness_dir(), s.policy_dir.string()}) {
-    if (auto e = CheckSearchable(p)) return SandboxError{*e};
-  }
   rt.strict_filter_path = (policy_out / "run_strict.bpf").string();
   {
     auto strict = SeccompPolicy::LoadFile(s.policy_dir / "run_strict.policy");
@@ -132,7 +110,10 @@ boost::system::result<SandboxRuntime, SandboxError> SetUpSandbox(const v1::Daemo
     if (error) return SandboxError{"cannot export the strict filter: " + *error};
   }
   s.spec_dir = work / "sandbox-specs";
-  s.root_mount_point = work / "sandbox-root";
+  // Any empty directory the sandbox's unprivileged init can reach (binds
+  // themselves go through descriptors kbox-sandbox opened as root, so the
+  // work dir may sit below a private directory such as /root).
+  s.root_mount_point = "/tmp/kbox-root-" + std::to_string(::getpid());
   fs::create_directories(s.spec_dir, ec);
   fs::create_directories(s.root_mount_point, ec);
   ::chmod(s.spec_dir.c_str(), 0700);
@@ -147,7 +128,9 @@ boost::system::result<SandboxRuntime, SandboxError> SetUpSandbox(const v1::Daemo
   ro.push_back(policy_out.string());
   s.ro_paths = NormalizeReadOnlyPaths(ro);
   s.run_masked_paths.assign(std::begin(kRunMaskedPaths), std::end(kRunMaskedPaths));
-  s.limits = CgroupLimits{.memory_bytes = config.job_memory_bytes(), .pids = config.job_pids()};
+  s.limits = CgroupLimits{.memory_bytes = config.job_memory_bytes(),
+                          .pids = config.job_pids(),
+                          .cpu_cores = config.job_cpu_cores()};
 
   rt.description = "namespaces (user, pid, mount, network, ipc, uts, cgroup), seccomp";
   auto cgroups = CgroupRoot::Create("kbox-" + std::to_string(::getpid()));

@@ -5,7 +5,8 @@ every GPU case through it, printing one line per case.
 Cases: the five KernelBench few-shot pairs (cuda), every honest CUDA case of
 the shared corpus (its expect.json decides), the bundled CUDA example, a
 Triton candidate for the `add` problem, a candidate with an nvcc error, and a
-kernel with an out-of-bounds write followed by an honest job on the same GPU.
+kernel with an out-of-bounds write and one that never ends, each followed by
+an honest job on the same GPU. kboxd runs with its full sandbox.
 
 Usage: scripts/gpu-suite [--shared DIR] [--out DIR]
 Needs build/bin/kboxd (built on Debian 12 and carried to the GPU machine;
@@ -78,6 +79,10 @@ def expect_runtime_error(result):
     return result.get("status") == "RUNTIME_ERROR" and result.get("rewardable") is False
 
 
+def expect_timeout(result):
+    return result.get("status") == "TIMEOUT" and result.get("durations", {}).get("run_ms", 0) < 40000
+
+
 def build_cases(shared):
     few = os.path.join(shared, "datasets", "kernelbench", "few_shot")
     add_ref = os.path.join(few, "model_ex_add.py")
@@ -107,12 +112,16 @@ def main():
     parser.add_argument("--shared", default=os.path.join(REPO, "..", "shared"))
     parser.add_argument("--out", default="", help="directory for full JSON results")
     parser.add_argument("--python", default=shutil.which("python3") or "/usr/bin/python3")
+    parser.add_argument("--only", default="", help="comma-separated substrings of case names")
     args = parser.parse_args()
 
     work_dir = "/tmp/kbox-gpu-suite-%d" % os.getpid()
     daemon, server = start_daemon(work_dir, args.python)
     print("kboxd at %s; info: %s" % (server, urllib.request.urlopen(server + "/v1/info").read().decode().strip()))
     cases, add_ref, add_cand = build_cases(args.shared)
+    wanted = [w for w in args.only.split(",") if w]
+    if wanted:
+        cases = [c for c in cases if any(w in c[0] for w in wanted)]
     results, failures = {}, 0
     started = time.time()
 
@@ -133,12 +142,17 @@ def main():
                 except Exception as exc:  # A transport failure is a failed case.
                     result = {"status": "CLIENT_ERROR", "message": repr(exc)}
                 report(name, backend, result, check(result))
-        # Last, with the GPU otherwise idle: a kernel that faults, then an
-        # honest job, which is the next job that GPU runs.
-        oob = evaluate(server, add_ref, os.path.join(GPU_CASES, "oob_write", "candidate.py"), "cuda")
-        report("oob_write", "cuda", oob, expect_runtime_error(oob))
-        after = evaluate(server, add_ref, add_cand, "cuda")
-        report("after_oob/few_shot/add", "cuda", after, expect_correct(after))
+        # Last, with the GPU otherwise idle: kernels that fault or never end,
+        # each followed by an honest job, which is the next job that GPU runs.
+        for name, check, extra in (("oob_write", expect_runtime_error, {}),
+                                   ("infinite_kernel", expect_timeout, {"time_limit_s": 20})):
+            if wanted and not any(w in name for w in wanted):
+                continue
+            bad = evaluate(server, add_ref, os.path.join(GPU_CASES, name, "candidate.py"), "cuda",
+                           **extra)
+            report(name, "cuda", bad, check(bad))
+            after = evaluate(server, add_ref, add_cand, "cuda")
+            report("after_%s/few_shot/add" % name, "cuda", after, expect_correct(after))
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(timeout=120)

@@ -89,13 +89,22 @@ boost::system::result<CgroupRoot, CgroupError> CgroupRoot::Create(const std::str
     fs::path parent = fs::path(kCgroupFs) / fs::path(*own).relative_path();
     // cgroup v2 forbids processes in a group that delegates controllers:
     // kboxd moves itself into a leaf of its own group first (as nsjail does).
+    // That fails when other processes share kboxd's group (a shell that
+    // started it); the root group, exempt from the rule, is the fallback
+    // where kboxd may write it (it runs as root on a machine of its own).
     if (!WriteValue(parent / "cgroup.subtree_control", "+memory +pids")) {
       const fs::path self = parent / "kboxd";
       fs::create_directory(self, ec);
-      if (!WriteValue(self / "cgroup.procs", std::to_string(::getpid())) ||
-          !WriteValue(parent / "cgroup.subtree_control", "+memory +pids")) {
-        return CgroupError{"cgroup v2 at " + parent.string() +
-                           " does not delegate the memory and pids controllers to kboxd"};
+      const bool moved = WriteValue(self / "cgroup.procs", std::to_string(::getpid())) &&
+                         WriteValue(parent / "cgroup.subtree_control", "+memory +pids");
+      if (!moved) {
+        WriteValue(parent / "cgroup.procs", std::to_string(::getpid()));  // Back where it was.
+        ::rmdir(self.c_str());
+        parent = kCgroupFs;
+        if (!WriteValue(parent / "cgroup.subtree_control", "+memory +pids")) {
+          return CgroupError{"cgroup v2 at /sys/fs/cgroup" + *own +
+                             " does not delegate the memory and pids controllers to kboxd"};
+        }
       }
     }
     const fs::path base = parent / name;
@@ -103,6 +112,9 @@ boost::system::result<CgroupRoot, CgroupError> CgroupRoot::Create(const std::str
     if (ec || !WriteValue(base / "cgroup.subtree_control", "+memory +pids")) {
       return CgroupError{"cannot create " + base.string() + ": " + ec.message()};
     }
+    // The cpu controller is optional: without it cpu.max is not applied.
+    root.cpu_ = WriteValue(parent / "cgroup.subtree_control", "+cpu") &&
+                WriteValue(base / "cgroup.subtree_control", "+cpu");
     root.version_ = 2;
     root.bases_ = {base};
     return root;
@@ -124,7 +136,7 @@ boost::system::result<CgroupRoot, CgroupError> CgroupRoot::Create(const std::str
 }
 
 CgroupRoot::CgroupRoot(CgroupRoot&& other) noexcept
-    : version_(other.version_), bases_(std::move(other.bases_)) {
+    : version_(other.version_), cpu_(other.cpu_), bases_(std::move(other.bases_)) {
   other.bases_.clear();
 }
 
@@ -133,7 +145,8 @@ CgroupRoot::~CgroupRoot() {
 }
 
 std::string CgroupRoot::Describe() const {
-  return version_ == 2 ? "cgroup v2 (memory, pids)" : "cgroup v1 (memory, pids)";
+  return version_ == 2 ? (cpu_ ? "cgroup v2 (memory, pids, cpu)" : "cgroup v2 (memory, pids)")
+                       : "cgroup v1 (memory, pids)";
 }
 
 boost::system::result<JobCgroup, CgroupError> CgroupRoot::CreateJob(const std::string& name,
@@ -157,6 +170,11 @@ boost::system::result<JobCgroup, CgroupError> CgroupRoot::CreateJob(const std::s
          set(d / "memory.swap.max", "0", false) &&  // Absent when swap accounting is off.
          set(d / "memory.oom.group", "1", false) &&
          set(d / "pids.max", std::to_string(limits.pids), true);
+    if (ok && cpu_ && limits.cpu_cores > 0) {
+      constexpr uint64_t kPeriodUs = 100'000;
+      const auto quota = static_cast<uint64_t>(limits.cpu_cores * kPeriodUs);
+      ok = set(d / "cpu.max", std::to_string(quota) + " " + std::to_string(kPeriodUs), true);
+    }
   } else {
     const fs::path& mem = job.dirs_[0];
     ok = set(mem / "memory.limit_in_bytes", std::to_string(limits.memory_bytes), true) &&

@@ -21,6 +21,8 @@ struct CgroupError {
 struct CgroupLimits {
   uint64_t memory_bytes = 16ull << 30;
   uint32_t pids = 1024;
+  // cpu.max as a number of cores (cgroup v2 only); 0: no CPU limit.
+  double cpu_cores = 0;
 };
 
 class JobCgroup;
@@ -36,7 +38,7 @@ class CgroupRoot {
   CgroupRoot(const CgroupRoot&) = delete;
   ~CgroupRoot();
 
-  // "cgroup v2 (memory, pids)" or "cgroup v1 (memory, pids)".
+  // "cgroup v2 (memory, pids[, cpu])" or "cgroup v1 (memory, pids)".
   std::string Describe() const;
 
   // A fresh group `name` with `limits`, removed (after killing what is left
@@ -47,6 +49,7 @@ class CgroupRoot {
  private:
   CgroupRoot() = default;
   int version_ = 0;
+  bool cpu_ = false;  // v2 with the cpu controller delegated.
   std::vector<std::filesystem::path> bases_;
 };
 

@@ -94,8 +94,7 @@ def daemon():
                     % kboxd, pytrace=False)
     # Our own temp dir, not pytest's numbered ones, which a pytest session
     # running beside this one (ctest --parallel) may prune.
-    root = tempfile.mkdtemp(prefix="kbox-it-")
-    os.chmod(root, 0o711)  # the sandbox's uid passes through to its job
+    root = tempfile.mkdtemp(prefix="kbox-it-")  # 0700: kbox must not need more
     work_dir = os.path.join(root, "work")
     config = os.path.join(root, "kbox.textproto")
     with open(config, "w") as f:

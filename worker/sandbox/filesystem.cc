@@ -9,6 +9,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
+#include <vector>
 
 namespace kbox::sandbox {
 namespace fs = std::filesystem;
@@ -36,11 +38,11 @@ StepError MakeParents(const fs::path& path) {
   return std::nullopt;
 }
 
-// Creates the mount point `target` as a directory or an empty file, like `source`.
-StepError MakeMountPoint(const fs::path& source, const fs::path& target) {
+// Creates the mount point `target`, a directory or an empty file.
+StepError MakeMountPoint(bool is_dir, const fs::path& target) {
   if (auto e = MakeParents(target)) return e;
   std::error_code ec;
-  if (fs::is_directory(source, ec)) {
+  if (is_dir) {
     fs::create_directories(target, ec);
     if (ec) return "mkdir " + target.string() + ": " + ec.message();
     return std::nullopt;
@@ -51,34 +53,62 @@ StepError MakeMountPoint(const fs::path& source, const fs::path& target) {
   return std::nullopt;
 }
 
-StepError Bind(const std::string& source, const fs::path& target, unsigned long extra_flags) {
-  if (auto e = MakeMountPoint(source, target)) return e;
-  if (::mount(source.c_str(), target.c_str(), nullptr, MS_BIND, nullptr) != 0) {
-    return Errno("bind " + source);
+std::string FdPath(int fd) { return "/proc/self/fd/" + std::to_string(fd); }
+
+// Mount points at or below `target`, from this namespace's mount table.
+std::vector<std::string> MountsUnder(const fs::path& target) {
+  std::vector<std::string> out;
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line;
+  const std::string prefix = target.string();
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string id, parent, dev, root, mount_point;
+    if (!(fields >> id >> parent >> dev >> root >> mount_point)) continue;
+    if (mount_point == prefix ||
+        (mount_point.size() > prefix.size() && mount_point.compare(0, prefix.size(), prefix) == 0 &&
+         mount_point[prefix.size()] == '/')) {
+      out.push_back(mount_point);  // Octal escapes (\040) do not occur in system paths.
+    }
   }
-  const unsigned long flags = MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | extra_flags |
-                              LockedFlags(source);
-  if (::mount(nullptr, target.c_str(), nullptr, flags, nullptr) != 0) {
-    return Errno("remount " + target.string());
+  return out;
+}
+
+// Binds `source` with everything mounted below it (in a user namespace a
+// plain bind of a tree with submounts is refused: it would uncover what they
+// hide), then applies `extra_flags` (read-only) to every mount of the copy.
+StepError Bind(const std::string& name, const HostSource& source, const fs::path& target,
+               unsigned long extra_flags) {
+  if (auto e = MakeMountPoint(source.is_dir, target)) return e;
+  if (::mount(FdPath(source.fd).c_str(), target.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0) {
+    return Errno("bind " + name);
+  }
+  for (const auto& mount_point : MountsUnder(target)) {
+    const unsigned long flags = MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | extra_flags |
+                                LockedFlags(mount_point);
+    if (::mount(nullptr, mount_point.c_str(), nullptr, flags, nullptr) != 0) {
+      return Errno("remount " + mount_point);
+    }
   }
   return std::nullopt;
 }
 
 // A host path that is a symbolic link (/lib -> usr/lib on merged-/usr
 // systems) becomes the same link inside, never a bind of its target.
-StepError BindOrLink(const std::string& source, const fs::path& root, unsigned long flags) {
-  std::error_code ec;
-  const fs::path target = root / fs::path(source).relative_path();
-  const auto status = fs::symlink_status(source, ec);
-  if (ec || !fs::exists(status)) return std::nullopt;  // Missing paths are skipped.
-  if (fs::is_symlink(status)) {
+StepError BindOrLink(const std::string& name, const HostSources& sources, const fs::path& root,
+                     unsigned long flags) {
+  const auto it = sources.find(name);
+  if (it == sources.end()) return std::nullopt;  // Missing on this host: skipped.
+  const fs::path target = root / fs::path(name).relative_path();
+  if (it->second.is_symlink) {
+    std::error_code ec;
     if (fs::exists(fs::symlink_status(target, ec))) return std::nullopt;
     if (auto e = MakeParents(target)) return e;
-    fs::create_symlink(fs::read_symlink(source), target, ec);
+    fs::create_symlink(it->second.link_target, target, ec);
     if (ec) return "symlink " + target.string() + ": " + ec.message();
     return std::nullopt;
   }
-  return Bind(source, target, flags);
+  return Bind(name, it->second, target, flags);
 }
 
 StepError MountTmpfs(const fs::path& target, uint64_t bytes, const char* mode) {
@@ -100,16 +130,16 @@ StepError WriteFile(const fs::path& path, const std::string& content) {
   return std::nullopt;
 }
 
-StepError BuildDev(const fs::path& root, const v1::SandboxSpec& spec) {
+StepError BuildDev(const fs::path& root, const v1::SandboxSpec& spec, const HostSources& sources) {
   const fs::path dev = root / "dev";
   if (auto e = MountTmpfs(dev, 1 << 20, "0755")) return e;
   for (const auto& node : spec.devices()) {
-    std::error_code ec;
-    if (!fs::exists(node, ec)) continue;  // e.g. no GPU on this host.
-    if (auto e = MakeMountPoint(node, root / fs::path(node).relative_path())) return e;
-    // Device nodes need a bind without MS_NODEV.
+    const auto it = sources.find(node);
+    if (it == sources.end()) continue;  // e.g. no GPU on this host.
     const fs::path target = root / fs::path(node).relative_path();
-    if (::mount(node.c_str(), target.c_str(), nullptr, MS_BIND, nullptr) != 0) {
+    if (auto e = MakeMountPoint(false, target)) return e;
+    // Device nodes need a bind without MS_NODEV.
+    if (::mount(FdPath(it->second.fd).c_str(), target.c_str(), nullptr, MS_BIND, nullptr) != 0) {
       return Errno("bind " + node);
     }
   }
@@ -136,7 +166,35 @@ StepError BuildEtc(const fs::path& root, const v1::SandboxSpec& spec) {
 
 }  // namespace
 
-StepError BuildRootFilesystem(const v1::SandboxSpec& spec) {
+HostSources OpenHostSources(const v1::SandboxSpec& spec) {
+  HostSources sources;
+  auto open = [&](const std::string& name) {
+    if (sources.count(name)) return;
+    struct stat st {};
+    if (::lstat(name.c_str(), &st) != 0) return;
+    HostSource s;
+    if (S_ISLNK(st.st_mode)) {
+      std::error_code ec;
+      s.is_symlink = true;
+      s.link_target = fs::read_symlink(name, ec).string();
+      if (ec) return;
+    } else {
+      s.fd = ::open(name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
+      if (s.fd < 0) return;
+      s.is_dir = S_ISDIR(st.st_mode);
+    }
+    std::error_code ec;
+    s.real_path = fs::canonical(name, ec).string();
+    sources[name] = s;
+  };
+  for (const auto& p : spec.ro_paths()) open(p);
+  for (const auto& p : spec.rw_paths()) open(p);
+  for (const auto& p : spec.devices()) open(p);
+  for (const auto& p : spec.masked_paths()) open(p);
+  return sources;
+}
+
+StepError BuildRootFilesystem(const v1::SandboxSpec& spec, const HostSources& sources) {
   // Nothing done below may propagate back to the host's mounts.
   if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
     return Errno("make / private");
@@ -146,25 +204,28 @@ StepError BuildRootFilesystem(const v1::SandboxSpec& spec) {
   // /tmp first: a job directory below the host's /tmp is bound on top of it.
   if (auto e = MountTmpfs(root / "tmp", spec.tmp_bytes(), "1777")) return e;
   for (const auto& path : spec.ro_paths()) {
-    if (auto e = BindOrLink(path, root, MS_RDONLY)) return e;
+    if (auto e = BindOrLink(path, sources, root, MS_RDONLY)) return e;
   }
   for (const auto& path : spec.rw_paths()) {
-    if (auto e = Bind(path, root / fs::path(path).relative_path(), 0)) return e;
+    const auto it = sources.find(path);
+    if (it == sources.end()) return "read-write path " + path + " does not exist";
+    if (auto e = Bind(path, it->second, root / fs::path(path).relative_path(), 0)) return e;
   }
   for (const auto& path : spec.masked_paths()) {
-    // Resolve on the host: the same path is bound inside, and a symbolic
+    // Resolved on the host: the same path is bound inside, and a symbolic
     // link must not lead the mount outside the new root.
+    const auto it = sources.find(path);
+    if (it == sources.end() || it->second.real_path.empty()) continue;
     std::error_code ec;
-    const fs::path real = fs::canonical(path, ec);
-    if (ec || !fs::is_directory(real, ec)) continue;
-    const fs::path target = root / real.relative_path();
+    const fs::path target = root / fs::path(it->second.real_path).relative_path();
+    if (!fs::is_directory(target, ec)) continue;
     if (auto e = MountTmpfs(target, 4096, "0755")) return e;
     if (::mount(nullptr, target.c_str(), nullptr, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV,
                 "size=4096") != 0) {
       return Errno("mask " + path);
     }
   }
-  if (auto e = BuildDev(root, spec)) return e;
+  if (auto e = BuildDev(root, spec, sources)) return e;
   if (auto e = BuildEtc(root, spec)) return e;
   const fs::path proc = root / "proc";
   std::error_code ec;

@@ -48,6 +48,7 @@ constexpr int kSetupFailed = 125;
 
 struct Context {
   kbox::v1::SandboxSpec spec;
+  kbox::sandbox::HostSources sources;  // Opened by init, before it drops to the mapped id.
   const kbox::SeccompPolicy* policy = nullptr;
   int go_read = -1;       // Init blocks on it until its id maps are written.
   int status_write = -1;  // Init sends the program's wait status here.
@@ -85,17 +86,24 @@ std::vector<char*> CStrings(const google::protobuf::RepeatedPtrField<std::string
 }
 
 int InitMain(void* arg) {
-  const Context& ctx = *static_cast<Context*>(arg);
+  Context& ctx = *static_cast<Context*>(arg);
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) Die(Errno("PR_SET_PDEATHSIG"));
   char go = 0;
   if (::read(ctx.go_read, &go, 1) != 1) Die("the launcher died before mapping ids");
   ::close(ctx.go_read);
+  // Open what the sandbox will show while still the host's root uid (which
+  // may walk private directories such as /root that the mapped id cannot),
+  // and inside the new mount namespace (a bind's source must belong to it).
+  ctx.sources = kbox::sandbox::OpenHostSources(ctx.spec);
   // Become the one mapped id now: files the setup creates must belong to an
   // id the namespace knows (else EOVERFLOW). Host root is not "root" in the
   // new namespace, so this keeps the namespace's capabilities for the mounts.
   const unsigned id = ctx.spec.inside_id();
   if (::setresgid(id, id, id) != 0 || ::setresuid(id, id, id) != 0) Die(Errno("set the inside id"));
-  if (auto e = kbox::sandbox::BuildRootFilesystem(ctx.spec)) Die(*e);
+  if (auto e = kbox::sandbox::BuildRootFilesystem(ctx.spec, ctx.sources)) Die(*e);
+  for (const auto& [path, source] : ctx.sources) {
+    if (source.fd >= 0) ::close(source.fd);
+  }
   const std::string& host = ctx.spec.hostname();
   if (::sethostname(host.data(), host.size()) != 0) Die(Errno("sethostname"));
 
