@@ -35,6 +35,15 @@ std::string SandboxLimitHit(const StageOutcome& s) {
   const ProcessOutcome& p = s.process;
   if (s.memory_limit_hit) return "exceeded the job's memory limit and was killed";
   if (p.end == ProcessOutcome::End::kSignaled && p.term_signal == SIGSYS) {
+    // kbox-sandbox names the call its seccomp listener held (stage 1); the
+    // harness's strict filter kills without a name.
+    const std::string marker = "kbox-sandbox: killed: forbidden system call ";
+    const auto at = p.output_tail.rfind(marker);
+    if (at != std::string::npos) {
+      const auto start = at + marker.size();
+      const std::string name = p.output_tail.substr(start, p.output_tail.find('\n', start) - start);
+      return "made a system call the sandbox forbids: " + name + " (killed by seccomp)";
+    }
     return "made a system call the sandbox forbids (killed by seccomp)";
   }
   if (p.end == ProcessOutcome::End::kSignaled && p.term_signal == SIGXFSZ) {

@@ -2,6 +2,8 @@
 
 #include <seccomp.h>
 
+#include <cstdlib>
+
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
@@ -263,6 +265,23 @@ std::string SeccompError(const std::string& what, int rc) {
 
 }  // namespace
 
+std::string SeccompPolicy::SyscallName(int nr) {
+  char* name = seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, nr);
+  std::string out = name ? name : "syscall " + std::to_string(nr);
+  std::free(name);
+  return out;
+}
+
+int SeccompPolicy::ReceiveHeldCall(int listener_fd) {
+  seccomp_notif* request = nullptr;
+  seccomp_notif_resp* response = nullptr;
+  if (seccomp_notify_alloc(&request, &response) != 0) return -1;
+  int nr = -1;
+  if (seccomp_notify_receive(listener_fd, request) == 0) nr = request->data.nr;
+  seccomp_notify_free(request, response);
+  return nr;
+}
+
 int SeccompPolicy::SyscallNumber(const std::string& name) {
   const int nr = seccomp_syscall_resolve_name_arch(SCMP_ARCH_NATIVE, name.c_str());
   return nr < 0 ? -1 : nr;
@@ -312,8 +331,8 @@ namespace {
 // Builds the libseccomp filter for `rules`; kill rules are left to the default
 // action (libseccomp refuses a rule whose action equals the default).
 std::optional<std::string> Build(const std::map<std::string, std::vector<SeccompRule>>& rules,
-                                 Filter& filter) {
-  filter.reset(seccomp_init(SCMP_ACT_KILL_PROCESS));
+                                 Filter& filter, bool notify_default = false) {
+  filter.reset(seccomp_init(notify_default ? SCMP_ACT_NOTIFY : SCMP_ACT_KILL_PROCESS));
   if (!filter) return "seccomp_init failed";
   void* ctx = filter.get();
   if (int rc = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS); rc < 0) {
@@ -322,7 +341,9 @@ std::optional<std::string> Build(const std::map<std::string, std::vector<Seccomp
   if (int rc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 1); rc < 0) {
     return SeccompError("setting no_new_privs", rc);
   }
-  if (int rc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_TSYNC, 1); rc < 0) {
+  // A listener cannot be combined with TSYNC; the launcher installs it while
+  // single-threaded, where TSYNC has nothing to do.
+  if (int rc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_TSYNC, notify_default ? 0 : 1); rc < 0) {
     return SeccompError("setting TSYNC", rc);
   }
   for (const auto& [name, list] : rules) {
@@ -352,6 +373,17 @@ std::optional<std::string> SeccompPolicy::Install() const {
   if (auto error = Build(rules_, filter)) return error;
   if (int rc = seccomp_load(filter.get()); rc < 0) return SeccompError("seccomp_load", rc);
   return std::nullopt;
+}
+
+boost::system::result<int, FieldError> SeccompPolicy::InstallWithListener() const {
+  Filter filter;
+  if (auto error = Build(rules_, filter, /*notify_default=*/true)) return FieldError{"seccomp", *error};
+  if (int rc = seccomp_load(filter.get()); rc < 0) {
+    return FieldError{"seccomp", SeccompError("seccomp_load", rc)};
+  }
+  const int fd = seccomp_notify_fd(filter.get());
+  if (fd < 0) return FieldError{"seccomp", SeccompError("seccomp_notify_fd", fd)};
+  return fd;
 }
 
 std::optional<std::string> SeccompPolicy::ExportBpf(int fd) const {

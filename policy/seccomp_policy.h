@@ -71,6 +71,11 @@ class SeccompPolicy {
 
   // The native x86_64 number of `name`, or -1 when there is none.
   static int SyscallNumber(const std::string& name);
+  // The native syscall's name, or "syscall <nr>" when unknown.
+  static std::string SyscallName(int nr);
+  // Waits for the next held call on a listener from InstallWithListener();
+  // returns its syscall number, or -1 when the listener failed.
+  static int ReceiveHeldCall(int listener_fd);
 
   // Syscalls that no profile may allow (errno or kill rules are fine).
   static const std::vector<std::string>& NeverAllowed();
@@ -82,6 +87,13 @@ class SeccompPolicy {
   // fork() in a multi-threaded parent use ExportBpf beforehand and install the
   // program with seccomp(2) instead. Returns an error message on failure.
   std::optional<std::string> Install() const;
+
+  // Like Install(), for a single-threaded caller about to exec, but a call
+  // the profile does not allow is held and reported on the returned listener
+  // descriptor (seccomp user notification) instead of killing at once, so a
+  // supervisor outside the filter can name the call before it kills the
+  // process. The caller hands the descriptor to that supervisor.
+  boost::system::result<int, FieldError> InstallWithListener() const;
 
   // Writes the compiled BPF program (struct sock_filter[]) to `fd`, for a
   // process that installs it itself (the harness's second, strict stage).

@@ -20,12 +20,16 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <poll.h>
 #include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <grp.h>
 #include <iostream>
@@ -46,13 +50,56 @@ using kbox::sandbox::StepError;
 
 constexpr int kSetupFailed = 125;
 
+// What init tells the launcher when the program has ended.
+struct ProgramEnd {
+  int wait_status = 0;
+  int forbidden_syscall = -1;  // The call the seccomp listener held, or -1.
+};
+
 struct Context {
   kbox::v1::SandboxSpec spec;
   kbox::sandbox::HostSources sources;  // Opened by init, before it drops to the mapped id.
   const kbox::SeccompPolicy* policy = nullptr;
   int go_read = -1;       // Init blocks on it until its id maps are written.
-  int status_write = -1;  // Init sends the program's wait status here.
+  int status_write = -1;  // Init sends the program's ProgramEnd here.
+  int listener_socket[2] = {-1, -1};  // The program hands its seccomp listener to init.
 };
+
+// Sends descriptor `fd` over the AF_UNIX socket `sock`.
+bool SendFd(int sock, int fd) {
+  char byte = 'L';
+  iovec iov{&byte, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+  cmsg->cmsg_level = SOL_SOCKET;
+  cmsg->cmsg_type = SCM_RIGHTS;
+  cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(cmsg), &fd, sizeof fd);
+  return ::sendmsg(sock, &msg, 0) == 1;
+}
+
+// Receives a descriptor sent by SendFd, or -1.
+int ReceiveFd(int sock) {
+  char byte = 0;
+  iovec iov{&byte, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  if (::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC) != 1) return -1;
+  cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+  if (!cmsg || cmsg->cmsg_type != SCM_RIGHTS) return -1;
+  int fd = -1;
+  std::memcpy(&fd, CMSG_DATA(cmsg), sizeof fd);
+  return fd;
+}
 
 [[noreturn]] void Die(const std::string& message) {
   std::string line = "kbox-sandbox: " + message + "\n";
@@ -71,6 +118,7 @@ std::vector<char*> CStrings(const google::protobuf::RepeatedPtrField<std::string
   const auto& spec = ctx.spec;
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) Die(Errno("PR_SET_PDEATHSIG"));
   std::vector<int> keep(spec.keep_fds().begin(), spec.keep_fds().end());
+  keep.push_back(ctx.listener_socket[1]);
   auto argv = CStrings(spec.argv());
   auto envp = CStrings(spec.env());
   for (const StepError& e :
@@ -79,8 +127,17 @@ std::vector<char*> CStrings(const google::protobuf::RepeatedPtrField<std::string
     if (e) Die(*e);
   }
   if (::chdir(spec.cwd().c_str()) != 0) Die(Errno("chdir " + spec.cwd()));
-  // Last step before exec: from here on every system call is filtered.
-  if (auto e = ctx.policy->Install()) Die("seccomp: " + *e);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);  // Init blocks SIGCHLD for its signalfd.
+  // Last step before exec: from here on every system call is filtered. A
+  // call the profile does not allow is held for init, which names it and
+  // kills the sandbox; the listener goes to init, never across exec.
+  auto listener = ctx.policy->InstallWithListener();
+  if (!listener) Die("seccomp: " + listener.error().message);
+  if (!SendFd(ctx.listener_socket[1], *listener)) Die(Errno("hand the seccomp listener to init"));
+  ::close(*listener);
+  ::close(ctx.listener_socket[1]);
   ::execve(argv[0], argv.data(), envp.data());
   Die(Errno("execve " + spec.argv(0)));
 }
@@ -107,21 +164,57 @@ int InitMain(void* arg) {
   const std::string& host = ctx.spec.hostname();
   if (::sethostname(host.data(), host.size()) != 0) Die(Errno("sethostname"));
 
+  if (::socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, ctx.listener_socket) != 0) {
+    Die(Errno("socketpair"));
+  }
+  // SIGCHLD through a signalfd, so one poll waits for the program's end and
+  // for held system calls alike. Blocked before fork: none can be missed.
+  sigset_t chld;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  ::sigprocmask(SIG_BLOCK, &chld, nullptr);
+  const int sigfd = ::signalfd(-1, &chld, SFD_CLOEXEC);
+  if (sigfd < 0) Die(Errno("signalfd"));
+
   const pid_t program = ::fork();
   if (program < 0) Die(Errno("fork"));
   if (program == 0) {
     ::close(ctx.status_write);
+    ::close(ctx.listener_socket[0]);
     RunProgram(ctx);
   }
+  ::close(ctx.listener_socket[1]);
+  int socket_fd = ctx.listener_socket[0];
+  int listener = -1;
+  ProgramEnd end;
   // As pid 1, adopt and reap every orphan until the program itself ends.
   for (;;) {
-    int status = 0;
-    const pid_t done = ::waitpid(-1, &status, 0);
-    if (done == program) {
-      (void)!::write(ctx.status_write, &status, sizeof status);
-      return 0;
+    pollfd fds[3] = {{sigfd, POLLIN, 0}, {socket_fd, POLLIN, 0}, {listener, POLLIN, 0}};
+    if (::poll(fds, 3, -1) < 0 && errno != EINTR) Die(Errno("poll"));
+    if (fds[1].revents != 0) {
+      listener = ReceiveFd(socket_fd);
+      ::close(socket_fd);
+      socket_fd = -1;
     }
-    if (done < 0 && errno != EINTR) Die(Errno("waitpid"));
+    if (listener >= 0 && (fds[2].revents & POLLIN) && end.forbidden_syscall < 0) {
+      end.forbidden_syscall = kbox::SeccompPolicy::ReceiveHeldCall(listener);
+      // The held call never completes: everything in the sandbox dies now.
+      ::kill(-1, SIGKILL);
+    }
+    if (fds[0].revents != 0) {
+      signalfd_siginfo info;
+      (void)!::read(sigfd, &info, sizeof info);
+      for (;;) {
+        int status = 0;
+        const pid_t done = ::waitpid(-1, &status, WNOHANG);
+        if (done <= 0) break;
+        if (done == program) {
+          end.wait_status = status;
+          (void)!::write(ctx.status_write, &end, sizeof end);
+          return 0;
+        }
+      }
+    }
   }
 }
 
@@ -176,9 +269,9 @@ int main(int argc, char** argv) {
   if (::write(go[1], "g", 1) != 1) Die(Errno("release init"));
   ::close(go[1]);
 
-  int program_status = 0;
-  const bool reported = ::read(status[0], &program_status, sizeof program_status) ==
-                        static_cast<ssize_t>(sizeof program_status);
+  ProgramEnd end;
+  const bool reported = ::read(status[0], &end, sizeof end) == static_cast<ssize_t>(sizeof end);
+  const int program_status = end.wait_status;
   int init_status = 0;
   ::waitpid(init, &init_status, 0);
   if (!reported) {
@@ -186,9 +279,15 @@ int main(int argc, char** argv) {
     if (WIFEXITED(init_status)) return WEXITSTATUS(init_status);
     Die("sandbox init was killed by signal " + std::to_string(WTERMSIG(init_status)));
   }
-  if (WIFEXITED(program_status)) return WEXITSTATUS(program_status);
+  if (end.forbidden_syscall >= 0) {
+    // kboxd reads this line from the output and reports the call by name.
+    const std::string line = "kbox-sandbox: killed: forbidden system call " +
+                             kbox::SeccompPolicy::SyscallName(end.forbidden_syscall) + "\n";
+    (void)!::write(2, line.data(), line.size());
+  }
+  if (WIFEXITED(program_status) && end.forbidden_syscall < 0) return WEXITSTATUS(program_status);
   // Die the way the program died, so kboxd sees the signal (SIGSYS: seccomp).
-  const int sig = WTERMSIG(program_status);
+  const int sig = end.forbidden_syscall >= 0 ? SIGSYS : WTERMSIG(program_status);
   ::signal(sig, SIG_DFL);
   ::kill(::getpid(), sig);
   return 128 + sig;

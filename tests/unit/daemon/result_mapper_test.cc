@@ -490,5 +490,21 @@ TEST(ResultMapperTest, CancelledStageIsInfraError) {
   }
 }
 
+// kbox-sandbox's seccomp listener names the call; the result carries it.
+TEST(ResultMapperTest, SeccompKillOfCandidateIsSandboxViolationNamingTheCall) {
+  StageOutcome s = Ended(End::kSignaled, v1::CANDIDATE);
+  s.process.term_signal = SIGSYS;
+  s.process.output_tail = "some output\nkbox-sandbox: killed: forbidden system call ptrace\n";
+  v1::EvaluateResult r;
+  ApplyRunStage(s, r);
+  EXPECT_EQ(r.status(), v1::SANDBOX_VIOLATION);
+  EXPECT_NE(r.message().find("forbids: ptrace"), std::string::npos) << r.message();
+  // The same kill while kbox's harness ran is a policy gap, never the candidate's.
+  s.last_party = v1::HARNESS;
+  v1::EvaluateResult infra;
+  ApplyRunStage(s, infra);
+  EXPECT_EQ(infra.status(), v1::INFRA_ERROR);
+}
+
 }  // namespace
 }  // namespace kbox
