@@ -44,7 +44,12 @@ std::string SandboxLimitHit(const StageOutcome& s) {
       const std::string name = p.output_tail.substr(start, p.output_tail.find('\n', start) - start);
       return "made a system call the sandbox forbids: " + name + " (killed by seccomp)";
     }
-    return "made a system call the sandbox forbids (killed by seccomp)";
+    // Without a name, the stacked strict filter killed it: it only takes
+    // away process creation and exec (policy/seccomp/run_strict.policy).
+    return s.last_party == v1::CANDIDATE
+               ? "tried to create a process or run a program, which the sandbox forbids once "
+                 "candidate code runs (killed by the strict seccomp filter)"
+               : "made a system call the sandbox forbids (killed by seccomp)";
   }
   if (p.end == ProcessOutcome::End::kSignaled && p.term_signal == SIGXFSZ) {
     return "wrote a file larger than the sandbox allows";

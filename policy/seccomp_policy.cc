@@ -167,6 +167,7 @@ std::optional<FieldError> CheckNeverAllowed(const std::string& name, const Secco
 
 struct ParseState {
   std::map<std::string, std::vector<SeccompRule>> rules;
+  std::string stacked_on;  // "stacked on FILE" in the top-level file.
   std::vector<std::string> stack;  // Files being parsed, for cycle errors.
   std::set<std::string> seen;
 };
@@ -206,9 +207,23 @@ std::optional<FieldError> ParseInto(const std::string& text, const std::string& 
       continue;
     }
 
+    if (verb == "stacked") {
+      if (tokens.size() != 3 || tokens[1] != "on") {
+        return FieldError{where, "expected 'stacked on FILE # reason'"};
+      }
+      if (state.stack.size() != 1 || !state.stacked_on.empty()) {
+        return FieldError{where, "'stacked on' may appear once, in the top-level profile"};
+      }
+      state.stacked_on = tokens[2];
+      continue;
+    }
+
     SeccompRule rule;
     rule.origin = where;
     size_t next = 1;
+    if (verb == "allow" && !state.stacked_on.empty()) {
+      return FieldError{where, "a stacked profile only takes away: no allow rules"};
+    }
     if (verb == "allow") {
       rule.action = SeccompAction::kAllow;
     } else if (verb == "kill") {
@@ -307,6 +322,18 @@ boost::system::result<SeccompPolicy, FieldError> SeccompPolicy::Parse(
   }
   SeccompPolicy policy;
   policy.rules_ = std::move(state.rules);
+  if (!state.stacked_on.empty()) {
+    if (state.seen.size() != 1) {
+      return FieldError{name, "a stacked profile includes nothing; its base decides the rest"};
+    }
+    auto base_text = read_include(state.stacked_on);
+    if (!base_text) return FieldError{name, "cannot read the base " + state.stacked_on};
+    auto base = Parse(*base_text, state.stacked_on, read_include);
+    if (!base) return base.error();
+    if (!base->stacked_on_.empty()) return FieldError{name, "the base may not be stacked itself"};
+    policy.stacked_on_ = state.stacked_on;
+    policy.base_ = std::make_shared<const SeccompPolicy>(std::move(*base));
+  }
   return policy;
 }
 
@@ -331,8 +358,11 @@ namespace {
 // Builds the libseccomp filter for `rules`; kill rules are left to the default
 // action (libseccomp refuses a rule whose action equals the default).
 std::optional<std::string> Build(const std::map<std::string, std::vector<SeccompRule>>& rules,
-                                 Filter& filter, bool notify_default = false) {
-  filter.reset(seccomp_init(notify_default ? SCMP_ACT_NOTIFY : SCMP_ACT_KILL_PROCESS));
+                                 Filter& filter, bool notify_default = false,
+                                 bool stacked = false) {
+  const uint32_t default_action =
+      stacked ? SCMP_ACT_ALLOW : notify_default ? SCMP_ACT_NOTIFY : SCMP_ACT_KILL_PROCESS;
+  filter.reset(seccomp_init(default_action));
   if (!filter) return "seccomp_init failed";
   void* ctx = filter.get();
   if (int rc = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS); rc < 0) {
@@ -349,9 +379,11 @@ std::optional<std::string> Build(const std::map<std::string, std::vector<Seccomp
   for (const auto& [name, list] : rules) {
     const int nr = SeccompPolicy::SyscallNumber(name);
     for (const auto& rule : list) {
-      if (rule.action == SeccompAction::kKill) continue;
-      const uint32_t action = rule.action == SeccompAction::kAllow
-                                  ? SCMP_ACT_ALLOW
+      // Kill rules are the default of an allowlist (libseccomp refuses a rule
+      // equal to the default); in a stacked profile they are the point.
+      if (rule.action == SeccompAction::kKill && !stacked) continue;
+      const uint32_t action = rule.action == SeccompAction::kAllow  ? SCMP_ACT_ALLOW
+                              : rule.action == SeccompAction::kKill ? SCMP_ACT_KILL_PROCESS
                                   : SCMP_ACT_ERRNO(static_cast<uint16_t>(rule.errno_value));
       std::vector<scmp_arg_cmp> args;
       for (const auto& c : rule.conditions) {
@@ -369,13 +401,17 @@ std::optional<std::string> Build(const std::map<std::string, std::vector<Seccomp
 }  // namespace
 
 std::optional<std::string> SeccompPolicy::Install() const {
+  if (base_) {
+    if (auto error = base_->Install()) return error;
+  }
   Filter filter;
-  if (auto error = Build(rules_, filter)) return error;
+  if (auto error = Build(rules_, filter, false, base_ != nullptr)) return error;
   if (int rc = seccomp_load(filter.get()); rc < 0) return SeccompError("seccomp_load", rc);
   return std::nullopt;
 }
 
 boost::system::result<int, FieldError> SeccompPolicy::InstallWithListener() const {
+  if (base_) return FieldError{"seccomp", "a stacked profile cannot own the listener"};
   Filter filter;
   if (auto error = Build(rules_, filter, /*notify_default=*/true)) return FieldError{"seccomp", *error};
   if (int rc = seccomp_load(filter.get()); rc < 0) {
@@ -388,7 +424,7 @@ boost::system::result<int, FieldError> SeccompPolicy::InstallWithListener() cons
 
 std::optional<std::string> SeccompPolicy::ExportBpf(int fd) const {
   Filter filter;
-  if (auto error = Build(rules_, filter)) return error;
+  if (auto error = Build(rules_, filter, false, base_ != nullptr)) return error;
   if (int rc = seccomp_export_bpf(filter.get(), fd); rc < 0) {
     return SeccompError("seccomp_export_bpf", rc);
   }
@@ -397,6 +433,7 @@ std::optional<std::string> SeccompPolicy::ExportBpf(int fd) const {
 
 std::string SeccompPolicy::ResolvedListing() const {
   std::string out;
+  if (!stacked_on_.empty()) out = "(stacked on " + stacked_on_ + "; anything else allowed)\n";
   for (const auto& [name, list] : rules_) {
     std::vector<std::string> lines;
     for (const auto& rule : list) {

@@ -15,6 +15,12 @@
 // only rule of its syscall. Only EQ and MASKED_EQ comparisons exist, which keeps
 // clear of libseccomp 2.5.4's 64-bit comparison bugs (CVE-2019-9893).
 //
+// A profile may instead be stacked on another ("stacked on run.policy #
+// why"): its default is to allow, it may only take away (kill and errno
+// rules), and it is meant to be installed on top of its base, which keeps
+// deciding every call the stacked profile does not name. Install() installs
+// the base first; ExportBpf() exports the stacked filter alone.
+//
 // Whatever the text says, a policy that allows a syscall of NeverAllowed()
 // (process inspection, kernel keyrings, mounts, modules, kexec, io_uring,
 // namespaces, non-AF_UNIX sockets, clone with CLONE_NEW* flags, clone3) is
@@ -24,6 +30,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -77,6 +84,9 @@ class SeccompPolicy {
   // returns its syscall number, or -1 when the listener failed.
   static int ReceiveHeldCall(int listener_fd);
 
+  // The base profile a stacked profile is installed on top of ("" if none).
+  const std::string& stacked_on() const { return stacked_on_; }
+
   // Syscalls that no profile may allow (errno or kill rules are fine).
   static const std::vector<std::string>& NeverAllowed();
 
@@ -114,6 +124,10 @@ class SeccompPolicy {
   SeccompPolicy() = default;
 
   std::map<std::string, std::vector<SeccompRule>> rules_;  // By syscall name.
+  // A stacked profile ("stacked on FILE") only takes away: every call it does
+  // not name is left to its base, which must already be installed.
+  std::string stacked_on_;
+  std::shared_ptr<const SeccompPolicy> base_;
 };
 
 }  // namespace kbox

@@ -21,6 +21,7 @@ EXPECTED_STATUS = {
     "esc_stdout_flood_cpu": {"RUNTIME_ERROR"},
     "esc_disk_fill_cpu": {"SANDBOX_VIOLATION", "RUNTIME_ERROR"},
     "esc_fork_bomb_cpu": {"SANDBOX_VIOLATION", "RUNTIME_ERROR"},
+    "esc_ptrace_parent_cpu": {"SANDBOX_VIOLATION"},
 }
 # A job's output kept in a result: process_runner's tail (8 KiB) plus the
 # compile stage's, sanitised.
@@ -56,6 +57,14 @@ def test_escape_is_not_rewarded(escape_results, case):
     if case in EXPECTED_STATUS:
         assert r["status"] in EXPECTED_STATUS[case], it.describe(r)
     assert len(r.get("output_tail", "").encode()) <= MAX_OUTPUT_TAIL
+
+
+@pytest.mark.waits_for_jobs
+def test_sandbox_violation_names_the_system_call(escape_results):
+    r = escape_results["esc_ptrace_parent_cpu"]
+    assert r["status"] == "SANDBOX_VIOLATION", it.describe(r)
+    assert "forbids: process_vm_readv" in r["message"] or "forbids: ptrace" in r["message"], \
+        it.describe(r)
 
 
 @pytest.mark.waits_for_jobs

@@ -499,6 +499,14 @@ TEST(ResultMapperTest, SeccompKillOfCandidateIsSandboxViolationNamingTheCall) {
   ApplyRunStage(s, r);
   EXPECT_EQ(r.status(), v1::SANDBOX_VIOLATION);
   EXPECT_NE(r.message().find("forbids: ptrace"), std::string::npos) << r.message();
+  // Without a name, the strict filter (process creation and exec only) killed it.
+  StageOutcome strict = Ended(End::kSignaled, v1::CANDIDATE);
+  strict.process.term_signal = SIGSYS;
+  v1::EvaluateResult forked;
+  ApplyRunStage(strict, forked);
+  EXPECT_EQ(forked.status(), v1::SANDBOX_VIOLATION);
+  EXPECT_NE(forked.message().find("create a process or run a program"), std::string::npos)
+      << forked.message();
   // The same kill while kbox's harness ran is a policy gap, never the candidate's.
   s.last_party = v1::HARNESS;
   v1::EvaluateResult infra;

@@ -193,10 +193,23 @@ TEST(SeccompPolicyTest, StrictProfileCreatesNoProcesses) {
       EXPECT_NE(rule.action, SeccompAction::kAllow) << name;
     }
   }
+  // Stacked on run.policy: it only takes away, and a clone without
+  // CLONE_THREAD (a new process) is what it takes.
+  EXPECT_EQ(strict.stacked_on(), "run.policy");
   ASSERT_EQ(strict.RulesFor("clone").size(), 1u);
+  EXPECT_EQ(strict.RulesFor("clone")[0].action, SeccompAction::kKill);
   const auto& clone = strict.RulesFor("clone")[0].conditions.at(0);
   EXPECT_EQ(clone.mask.value_or(0) & CLONE_THREAD, static_cast<uint64_t>(CLONE_THREAD));
-  EXPECT_EQ(clone.value & CLONE_THREAD, static_cast<uint64_t>(CLONE_THREAD));
+  EXPECT_EQ(clone.value & CLONE_THREAD, 0u);
+}
+
+TEST(SeccompPolicyTest, StackedProfilesOnlyTakeAway) {
+  const std::map<std::string, std::string> files = {{"base.policy", "allow read # r\n"}};
+  EXPECT_NE(ParseError("stacked on base.policy # s\nallow write # w\n", files).find("no allow rules"),
+            std::string::npos);
+  EXPECT_NE(ParseError("stacked on missing.policy # s\nkill fork # f\n", files).find("cannot read"),
+            std::string::npos);
+  EXPECT_EQ(ParseError("stacked on base.policy # s\nkill fork # f\n", files), "");
 }
 
 // --- the compiled filters, in real processes ---------------------------------
@@ -213,8 +226,14 @@ TEST(SeccompPolicyTest, DeniedSyscallsGetTheirActionUnderEachProfile) {
         names.push_back(name);
       }
     }
+    // A stacked profile leaves what it does not name to its base.
+    std::optional<SeccompPolicy> base;
+    if (!policy.stacked_on().empty()) {
+      base = Load(policy.stacked_on().substr(0, policy.stacked_on().rfind('.')));
+    }
     for (const auto& name : names) {
-      const auto& rules = policy.RulesFor(name);
+      const auto& rules = policy.RulesFor(name).empty() && base ? base->RulesFor(name)
+                                                                  : policy.RulesFor(name);
       ASSERT_LE(rules.size(), 1u) << profile << " " << name;
       const long nr = SeccompPolicy::SyscallNumber(name);
       const int expected_errno =
