@@ -37,9 +37,7 @@ std::string ReadHostname() {
 boost::system::result<HostInfo, std::string> ProbeHost(const HarnessSettings& settings) {
   ProcessSpec spec;
   spec.argv = {settings.python, "-s", "-B", (settings.harness_dir / "kbox_probe.py").string()};
-  for (const auto& name : settings.inherited_env) {
-    if (const char* value = std::getenv(name.c_str())) spec.env.push_back(name + "=" + value);
-  }
+  spec.env = InheritedEnvironment(settings);
   spec.env.push_back("PYTHONDONTWRITEBYTECODE=1");
   spec.env.push_back("HOME=/nonexistent");
   spec.wall_limit = kProbeLimit;

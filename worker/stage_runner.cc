@@ -53,15 +53,21 @@ void DecodeHarnessEvents(const std::string& stream, StageOutcome& outcome) {
   }
 }
 
-StageRunner::StageRunner(HarnessSettings settings, std::optional<SandboxSettings> sandbox)
-    : settings_(std::move(settings)), sandbox_(std::move(sandbox)) {
-  for (const auto& name : settings_.inherited_env) {
-    if (const char* value = std::getenv(name.c_str())) inherited_.push_back(name + "=" + value);
+std::vector<std::string> InheritedEnvironment(const HarnessSettings& settings) {
+  std::vector<std::string> env;
+  for (const auto& name : settings.inherited_env) {
+    if (const char* value = std::getenv(name.c_str())) env.push_back(name + "=" + value);
   }
-  const bool has_path = std::any_of(inherited_.begin(), inherited_.end(),
+  const bool has_path = std::any_of(env.begin(), env.end(),
                                     [](const std::string& kv) { return kv.starts_with("PATH="); });
-  if (!has_path) inherited_.push_back("PATH=/usr/local/bin:/usr/bin:/bin");
+  if (!has_path) env.push_back("PATH=/usr/local/bin:/usr/bin:/bin");
+  return env;
 }
+
+StageRunner::StageRunner(HarnessSettings settings, std::optional<SandboxSettings> sandbox)
+    : settings_(std::move(settings)),
+      sandbox_(std::move(sandbox)),
+      inherited_(InheritedEnvironment(settings_)) {}
 
 ProcessSpec StageRunner::BuildProcessSpec(const JobWorkspace& ws, const std::string& spec_path,
                                           const StagePlacement& placement) const {

@@ -46,6 +46,10 @@ struct SandboxSettings {
   std::string ptxas_path;
 };
 
+// The variables of `settings.inherited_env` that kboxd's environment sets, as
+// NAME=value, with a default PATH when kboxd has none.
+std::vector<std::string> InheritedEnvironment(const HarnessSettings& settings);
+
 // Where a stage runs.
 struct StagePlacement {
   // GPU index for the run stage of a GPU backend; absent: no GPU visible.

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kbox/v1/sandbox.pb.h"
+#include "tests/sandbox/minimal_spec.h"
 #include "worker/process_runner.h"
 
 namespace {
@@ -47,22 +48,8 @@ int main(int argc, char** argv) {
   fs::create_directories(dir / "scratch");
   ::chown((dir / "scratch").c_str(), 65534, 65534);
 
-  kbox::v1::SandboxSpec spec;
-  spec.add_argv("/bin/true");
-  spec.add_env("PATH=/usr/bin:/bin");
-  spec.set_cwd((dir / "scratch").string());
-  spec.set_root_mount_point((dir / "root").string());
-  spec.set_root_tmpfs_bytes(4 << 20);
-  for (const char* p : {"/usr", "/bin", "/lib", "/lib64", "/etc/ld.so.cache"}) spec.add_ro_paths(p);
-  spec.add_rw_paths((dir / "scratch").string());
-  spec.set_tmp_bytes(16 << 20);
-  for (const char* d : {"/dev/null", "/dev/zero", "/dev/urandom"}) spec.add_devices(d);
-  spec.set_outside_uid(65534);
-  spec.set_outside_gid(65534);
-  spec.set_inside_id(1000);
-  spec.set_hostname("kbox");
-  spec.set_seccomp_policy(policy_dir + "/run.policy");
-  spec.add_keep_fds(3);
+  const kbox::v1::SandboxSpec spec =
+      kbox::MinimalSandboxSpec({"/bin/true"}, dir / "root", dir / "scratch", policy_dir);
   const fs::path spec_file = dir / "spec.pb";
   {
     std::ofstream out(spec_file, std::ios::binary);

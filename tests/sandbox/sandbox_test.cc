@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kbox/v1/sandbox.pb.h"
+#include "tests/sandbox/minimal_spec.h"
 #include "worker/process_runner.h"
 #include "worker/sandbox/namespaces.h"
 
@@ -48,26 +49,10 @@ class SandboxTest : public ::testing::Test {
   }
 
   v1::SandboxSpec Spec(const std::vector<std::string>& argv) const {
-    v1::SandboxSpec spec;
-    for (const auto& a : argv) spec.add_argv(a);
-    spec.add_env("PATH=/usr/bin:/bin");
-    spec.set_cwd(scratch_.string());
-    spec.set_root_mount_point((dir_ / "root").string());
-    spec.set_root_tmpfs_bytes(4 << 20);
-    for (const char* p : {"/usr", "/bin", "/lib", "/lib64", "/etc/ld.so.cache", KBOX_TEST_BIN_DIR}) {
-      spec.add_ro_paths(p);
-    }
-    spec.add_rw_paths(scratch_.string());
-    spec.set_tmp_bytes(16 << 20);
-    for (const char* d : {"/dev/null", "/dev/zero", "/dev/urandom"}) spec.add_devices(d);
-    spec.set_outside_uid(65534);
-    spec.set_outside_gid(65534);
-    spec.set_inside_id(1000);
-    spec.set_hostname("kbox");
-    spec.set_seccomp_policy(std::string(KBOX_POLICY_DIR) + "/run.policy");
+    v1::SandboxSpec spec =
+        MinimalSandboxSpec(argv, dir_ / "root", scratch_, KBOX_POLICY_DIR, {KBOX_TEST_BIN_DIR});
     spec.mutable_rlimits()->set_nproc(64);
     spec.mutable_rlimits()->set_nofile(256);
-    spec.add_keep_fds(3);
     return spec;
   }
 
@@ -120,6 +105,15 @@ TEST_F(SandboxTest, HonestProgramRunsAsAnUnprivilegedUserWithNoCapabilities) {
   EXPECT_EQ(out.result, "result\n");  // The result pipe survives, nothing else.
   EXPECT_EQ(out.output_tail.find("root\n"), std::string::npos) << "host /root visible: " << out.output_tail;
   EXPECT_EQ(out.output_tail.find("home\n"), std::string::npos) << "host /home visible: " << out.output_tail;
+}
+
+// Nothing kbox-sandbox used (its spec, the seccomp listener and its socket,
+// the descriptors of the bound paths) reaches the program: only 0-2 and the
+// result pipe, plus the directory ls itself opens.
+TEST_F(SandboxTest, ProgramInheritsOnlyStdioAndTheResultPipe) {
+  const auto out = Run(Spec({"/bin/ls", "/proc/self/fd"}));
+  ASSERT_EQ(out.end, ProcessOutcome::End::kExited) << out.output_tail;
+  EXPECT_EQ(out.output_tail, "0\n1\n2\n3\n4\n");
 }
 
 TEST_F(SandboxTest, HostSecretsAreNotThere) {
