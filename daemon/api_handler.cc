@@ -1,5 +1,7 @@
 #include "daemon/api_handler.h"
 
+#include <algorithm>
+
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -139,8 +141,9 @@ HttpResponse ApiHandler::Info() const {
   info.set_kbox_version(kVersion);
   for (v1::Backend b : policy_.limits().backends) info.add_backends(b);
   const HostInfo& host = evaluator_.host();
+  const auto& in_use = evaluator_.gpus();
   for (const auto& gpu : host.probe.gpus()) {
-    if (!evaluator_.gpu_slots().size()) break;
+    if (std::find(in_use.begin(), in_use.end(), gpu.index()) == in_use.end()) continue;
     auto* g = info.add_gpus();
     *g = gpu;
     g->set_busy(evaluator_.gpu_slots().IsBusy(gpu.index()));

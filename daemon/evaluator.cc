@@ -44,6 +44,7 @@ Evaluator::Evaluator(const v1::DaemonConfig& config, HostInfo host, std::vector<
       compile_slots_(SlotPool::Anonymous(config.compile_workers())),
       cpu_slots_(SlotPool::Anonymous(config.cpu_run_slots())),
       gpu_slots_(gpus),
+      gpus_(gpus),
       cuda_arch_list_(ArchList(host_, gpus)) {
   // Job ids: a random per-daemon prefix plus a counter, so ids from a
   // restarted daemon never collide with old workspaces or logs.

@@ -40,6 +40,8 @@ class Evaluator {
   const HostInfo& host() const { return host_; }
   const SandboxRuntime& sandbox() const { return sandbox_; }
   const SlotPool& gpu_slots() const { return gpu_slots_; }
+  // The GPU indices jobs are scheduled on (a subset of what the probe saw).
+  const std::vector<uint32_t>& gpus() const { return gpus_; }
 
  private:
   v1::StageSpec MakeSpec(const JobWorkspace& ws, const v1::EffectiveSettings& settings,
@@ -56,6 +58,7 @@ class Evaluator {
   SlotPool compile_slots_;
   SlotPool cpu_slots_;
   SlotPool gpu_slots_;
+  std::vector<uint32_t> gpus_;
   std::string cuda_arch_list_;  // TORCH_CUDA_ARCH_LIST covering every GPU in use.
   std::atomic<uint64_t> job_counter_{0};
   std::atomic<bool> cancelled_{false};
