@@ -1,0 +1,41 @@
+# strict: the default profile. Every rule rejects except where a pattern is
+# common in honest kernels; docs/anticheat.md gives each rule's rationale.
+# It names every rule, so a new rule cannot slip in ungraded (a test checks).
+cpp.aten-compute               reject     # the extension must compute, not call ATen's kernels (H1)
+cpp.dynamic-loading            reject     # code loaded at run time was never checked
+cpp.graph-capture              reject     # replayed graphs hide the launch cost the reference pays (H22)
+cpp.include-path               reject     # compile diagnostics would echo host files (compile-time disclosure)
+cpp.kernel-never-launched      reject     # a kernel that never runs did not earn the reward (H2)
+cpp.precision-downgrade        reject     # an fp32 task computed in half precision (H15)
+cpp.process-or-io              reject     # no honest kernel starts processes or touches files (H25)
+cpp.side-stream                reject     # work off the current stream escapes stream-ordered timing (H7)
+cpp.static-cache               reject     # state that outlives a call can replay results (H10)
+cpp.thread                     reject     # a thread can finish the work after the clock stops (H8)
+cpp.vendor-library             reject     # cuBLAS/cuDNN doing the work is a passthrough (H1)
+kernel.none                    reject     # without a kernel there is nothing to reward
+py.call-counter                reject     # behaviour keyed on the call count skips timed calls (H11)
+py.concurrency                 reject     # threads and processes finish work after the clock stops (H8)
+py.cross-call-cache            reject     # a cache that outlives the call replays results (H10)
+py.defines-get-inputs          reject     # inputs come from the reference; redefining them shrinks the problem (H18)
+py.dynamic-code                reject     # code built at run time was never checked
+py.empty-forward               reject     # no forward of its own: nothing to evaluate (H4)
+py.evaluator-access            reject     # frame walking and interpreter state read the checker's data (H21)
+py.file-io                     reject     # files can hold precomputed answers or leak data (H25)
+py.forward-skips-kernel        reject     # a kernel compiled but never used is a decoy (H2)
+py.forward-stores-state        suspicious # often a lazily allocated workspace; reported, not rejected
+py.graph-capture               reject     # capture-and-replay hides launch overhead (H22)
+py.identity-key                reject     # object identity keys replay caches (H10)
+py.library-compute-in-forward  reject     # torch doing the work is a passthrough (H1)
+py.library-module-in-forward   reject     # an nn layer doing the work is a passthrough (H1)
+py.matmul-operator             reject     # a @ b is torch.matmul (H1)
+py.network                     reject     # no network: answers must not be fetched (H25)
+py.patch-library               reject     # patching torch/time/the harness fools timers and comparisons (H12)
+py.precision-downgrade         reject     # an fp32 task computed in half precision (H15)
+py.process                     reject     # no processes or native calls outside the checked extension (H25)
+py.reference-reuse             reject     # the reference's own code earns no reward (H4)
+py.side-stream                 reject     # work off the current stream escapes stream-ordered timing (H7)
+py.tensor-method-compute       reject     # x.softmax() is the library's softmax (H1)
+py.tensor-subclass             reject     # a tensor subclass can defer or fake its values (H9)
+py.try-fallback                reject     # an except branch can fall back to PyTorch (H3)
+py.unparseable                 reject     # what kbox cannot read it cannot vouch for
+py.unresolved-extension-source reject     # C++ kbox cannot read cannot be checked

@@ -1,0 +1,31 @@
+#pragma once
+
+// The Python half of the checker: builds a model of the candidate module
+// (imports and aliases, classes, functions, what ModelNew.forward reaches, the
+// extension sources handed to load_inline) and applies the py.* rules.
+
+#include <string>
+#include <vector>
+
+#include "policy/static_check/finding_sink.h"
+#include "policy/static_check/python_module.h"
+#include "policy/static_check/static_checker.h"
+
+namespace kbox::static_check {
+
+// One C++/CUDA source string passed to load_inline, decoded.
+struct ExtensionSource {
+  DecodedString text;
+  bool cuda = false;  // From cuda_sources (or a .cu name in load(sources=...)).
+};
+
+// What the Python pass learned that the C++ pass and kernel.none need.
+struct PythonFacts {
+  std::vector<ExtensionSource> sources;
+  bool has_extension = false;      // Some load_inline/load call exists.
+  bool has_triton_kernel = false;  // Some @triton.jit function exists.
+};
+
+PythonFacts CheckPython(const PyModule& module, const CheckInput& input, FindingSink& sink);
+
+}  // namespace kbox::static_check
