@@ -33,7 +33,50 @@ std::string Indent(const std::string& text) {
   return out;
 }
 
+std::string SeverityWord(v1::Verdict::Severity severity) {
+  switch (severity) {
+    case v1::Verdict::REJECT: return "reject";
+    case v1::Verdict::SUSPICIOUS: return "suspicious";
+    case v1::Verdict::INFO: return "info";
+    default: return "unspecified";
+  }
+}
+
+// "2 reject, 1 suspicious, 0 info".
+std::string VerdictCounts(const google::protobuf::RepeatedPtrField<v1::Verdict>& verdicts) {
+  int reject = 0, suspicious = 0, info = 0;
+  for (const auto& v : verdicts) {
+    reject += v.severity() == v1::Verdict::REJECT;
+    suspicious += v.severity() == v1::Verdict::SUSPICIOUS;
+    info += v.severity() == v1::Verdict::INFO;
+  }
+  return std::to_string(reject) + " reject, " + std::to_string(suspicious) + " suspicious, " +
+         std::to_string(info) + " info";
+}
+
 }  // namespace
+
+std::string FormatVerdict(const v1::Verdict& v, const std::string& indent) {
+  std::string where = "candidate.py";
+  if (v.line() > 0) {
+    where += ":" + std::to_string(v.line());
+    if (v.column() > 0) where += ":" + std::to_string(v.column());
+  }
+  std::string out = indent + where + ": " + SeverityWord(v.severity()) + " " + v.rule_id() + ": " +
+                    v.message() + "\n";
+  if (!v.snippet().empty()) out += indent + "    " + v.snippet() + "\n";
+  return out;
+}
+
+std::string SummarizeCheck(const v1::CheckResponse& r) {
+  std::string out;
+  for (const auto& v : r.verdicts()) out += FormatVerdict(v);
+  out += std::string("kbox check: ") + (r.rejected() ? "REJECTED" : "not rejected") + " (" +
+         VerdictCounts(r.verdicts()) + (r.truncated() ? "; more findings were dropped" : "") +
+         ") under profile " + r.anticheat_profile() + " in " + Fixed(r.duration_ms(), 3) +
+         " ms\n";
+  return out;
+}
 
 std::string SummarizeResult(const v1::EvaluateResult& r) {
   std::ostringstream out;
@@ -83,12 +126,14 @@ std::string SummarizeResult(const v1::EvaluateResult& r) {
     out << "\n";
     if (!e.traceback().empty()) out << Indent(e.traceback()) << "\n";
   }
-  for (const auto& v : r.verdicts()) {
-    out << "  verdict " << v1::Verdict::Severity_Name(v.severity()) << " " << v.rule_id()
-        << " line " << v.line() << ": " << v.message() << "\n";
+  if (r.verdicts_size() > 0) {
+    out << "  anti-cheat verdicts (profile " << r.settings().anticheat_profile() << "; "
+        << VerdictCounts(r.verdicts()) << "):\n";
+    for (const auto& v : r.verdicts()) out << FormatVerdict(v, "    ");
   }
   const auto& d = r.durations();
-  out << "  phases: compile " << Fixed(d.compile_ms() / 1000, 2) << " s, queue "
+  out << "  phases: static " << Fixed(d.static_ms(), 2) << " ms, compile "
+      << Fixed(d.compile_ms() / 1000, 2) << " s, queue "
       << Fixed(d.queue_wait_ms() / 1000, 2) << " s, run " << Fixed(d.run_ms() / 1000, 2)
       << " s, total " << Fixed(d.total_ms() / 1000, 2) << " s\n";
   const auto& f = r.fingerprint();

@@ -1,9 +1,12 @@
 #pragma once
 
-// Routes kboxd's HTTP API: GET /healthz, GET /v1/info, GET /metrics and
-// POST /v1/evaluate. Every non-2xx answer carries an ErrorResponse naming the
-// offending field. Evaluation runs on the job thread pool, never on an I/O
-// thread, and at most max_in_flight_jobs at once (more get 503 + Retry-After).
+// Routes kboxd's HTTP API: GET /healthz, GET /v1/info, GET /metrics,
+// POST /v1/evaluate and POST /v1/check. Every non-2xx answer carries an
+// ErrorResponse naming the offending field. Evaluation runs on the job thread
+// pool, never on an I/O thread, and at most max_in_flight_jobs at once (more
+// get 503 + Retry-After). /v1/check (static checks only, sub-millisecond) runs
+// on the job pool too but is not counted against that bound; kboxd sizes the
+// pool with threads to spare for it, so checks never wait behind evaluations.
 
 #include <atomic>
 
@@ -37,6 +40,7 @@ class ApiHandler {
 
  private:
   boost::asio::awaitable<HttpResponse> Evaluate(const HttpRequest& request);
+  boost::asio::awaitable<HttpResponse> Check(const HttpRequest& request);
   HttpResponse Info() const;
   HttpResponse Reply(boost::beast::http::status status, const google::protobuf::Message& body,
                      Encoding encoding) const;

@@ -72,6 +72,7 @@ boost::system::result<v1::DaemonConfig, FieldError> ApplyConfigDefaults(v1::Daem
   if (c.job_scratch_bytes() == 0) c.set_job_scratch_bytes(4ull << 30);
   if (c.job_memory_bytes() == 0) c.set_job_memory_bytes(8ull << 30);
   if (c.job_pids() == 0) c.set_job_pids(1024);
+  if (c.default_anticheat_profile().empty()) c.set_default_anticheat_profile("strict");
 
   if (c.max_body_bytes() > 64 * kMiB) return FieldError{"max_body_bytes", "must be at most 64 MiB"};
   if (c.max_source_bytes() > c.max_body_bytes()) {

@@ -7,6 +7,8 @@
 #include <random>
 
 #include "daemon/result_mapper.h"
+#include "daemon/static_verdicts.h"
+#include "policy/request_policy.h"
 
 namespace kbox {
 namespace {
@@ -84,6 +86,7 @@ v1::StageSpec Evaluator::MakeSpec(const JobWorkspace& ws, const v1::EffectiveSet
 
 v1::EvaluateResult Evaluator::Evaluate(const v1::EvaluateRequest& request,
                                        const v1::EffectiveSettings& settings,
+                                       const static_check::AnticheatProfile& anticheat,
                                        Clock::time_point received) {
   v1::EvaluateResult result;
   result.set_job_id(NextJobId());
@@ -92,7 +95,7 @@ v1::EvaluateResult Evaluator::Evaluate(const v1::EvaluateRequest& request,
   *result.mutable_fingerprint() = HostFingerprint(host_);
   result.mutable_fingerprint()->set_device_name("cpu");
   try {
-    RunJob(request, settings, result);
+    RunJob(request, settings, anticheat, result);
   } catch (const std::exception& e) {
     result.set_status(v1::INFRA_ERROR);
     result.set_message(std::string("kboxd internal error: ") + e.what());
@@ -105,7 +108,20 @@ v1::EvaluateResult Evaluator::Evaluate(const v1::EvaluateRequest& request,
 }
 
 void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSettings& settings,
+                       const static_check::AnticheatProfile& anticheat,
                        v1::EvaluateResult& result) {
+  // Static checks first: a rejected candidate is never written to disk,
+  // compiled or run. The verdicts of one that goes on ride along.
+  const StaticPhase checked = RunStaticCheck(
+      static_check::CheckInput{.candidate_source = request.candidate_source(),
+                               .reference_source = request.reference_source(),
+                               .backend = TaskBackendOf(settings.backend()),
+                               .precision = TaskPrecisionOf(settings.precision())},
+      anticheat);
+  result.mutable_durations()->set_static_ms(checked.ms);
+  if (checked.ran) metrics_.RecordStaticCheck(checked.report, checked.ms / 1000.0);
+  if (!ApplyStaticCheck(checked.report, result)) return;
+
   WorkspaceOptions options;
   options.keep = config_.keep_job_dirs();
   if (sandbox_.settings) {

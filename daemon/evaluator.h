@@ -1,8 +1,9 @@
 #pragma once
 
-// The life of one job: workspace → compile stage (on a compile worker, never
-// holding a device) → wait for a device slot → run stage → result. Blocking;
-// kboxd calls it on its job thread pool.
+// The life of one job: static anti-cheat checks (in kboxd; a reject ends the
+// job here) → workspace → compile stage (on a compile worker, never holding a
+// device) → wait for a device slot → run stage → result. Blocking; kboxd
+// calls it on its job thread pool.
 
 #include <atomic>
 #include <chrono>
@@ -16,6 +17,7 @@
 #include "daemon/slot_pool.h"
 #include "kbox/v1/config.pb.h"
 #include "kbox/v1/evaluation.pb.h"
+#include "policy/static_check/anticheat_profile.h"
 #include "worker/stage_runner.h"
 
 namespace kbox {
@@ -28,10 +30,14 @@ class Evaluator {
   Evaluator(const v1::DaemonConfig& config, HostInfo host, std::vector<uint32_t> gpus,
             const SandboxRuntime& sandbox, Metrics& metrics);
 
-  // Runs one job whose request already passed RequestPolicy. Never throws for
-  // anything a candidate does; kbox's own failures come back as INFRA_ERROR.
+  // Runs one job whose request already passed RequestPolicy, its static
+  // checks under `anticheat` (the request's profile with its overrides).
+  // Never throws for anything a candidate does; kbox's own failures come
+  // back as INFRA_ERROR.
   v1::EvaluateResult Evaluate(const v1::EvaluateRequest& request,
-                              const v1::EffectiveSettings& settings, Clock::time_point received);
+                              const v1::EffectiveSettings& settings,
+                              const static_check::AnticheatProfile& anticheat,
+                              Clock::time_point received);
 
   // Ends every running and queued job as INFRA_ERROR (kboxd's shutdown
   // deadline passed); their processes are killed within kCancelPollInterval.
@@ -47,7 +53,7 @@ class Evaluator {
   v1::StageSpec MakeSpec(const JobWorkspace& ws, const v1::EffectiveSettings& settings,
                          v1::Stage stage) const;
   void RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSettings& settings,
-              v1::EvaluateResult& result);
+              const static_check::AnticheatProfile& anticheat, v1::EvaluateResult& result);
   std::string NextJobId();
 
   const v1::DaemonConfig& config_;

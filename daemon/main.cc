@@ -61,6 +61,19 @@ std::string DefaultHarnessDir(const char* argv0) {
   return KBOX_SOURCE_HARNESS_DIR;
 }
 
+// The anti-cheat profiles: the configured folder, else the one installed
+// beside kboxd, else the checkout's that build/bin/kboxd sits in (a build
+// carried to another machine), else the source tree it was built from.
+fs::path AnticheatProfileDir(const kbox::v1::DaemonConfig& config, const char* argv0) {
+  if (!config.anticheat_profile_dir().empty()) return config.anticheat_profile_dir();
+  std::error_code ec;
+  for (const fs::path& dir : {ExecutableDir(argv0) / "../share/kbox/anticheat",
+                              ExecutableDir(argv0) / "../../policy/anticheat"}) {
+    if (fs::is_directory(dir, ec)) return fs::canonical(dir, ec);
+  }
+  return KBOX_SOURCE_ANTICHEAT_DIR;
+}
+
 std::vector<kbox::v1::Backend> ServedBackends(const kbox::v1::DaemonConfig& config,
                                               const kbox::HostInfo& host, bool have_gpus) {
   std::vector<kbox::v1::Backend> out;
@@ -95,6 +108,16 @@ int main(int argc, char** argv) {
   if (!resolved) return Fail("config " + resolved.error().field + ": " + resolved.error().message);
   kbox::v1::DaemonConfig config = *resolved;
   if (config.harness_dir().empty()) config.set_harness_dir(DefaultHarnessDir(argv[0]));
+
+  // Every profile must load, so a broken one is found now (before the slow
+  // probe) and not by the first request that names it.
+  const fs::path anticheat_dir = AnticheatProfileDir(config, argv[0]);
+  auto profiles = kbox::AnticheatProfiles::LoadDir(anticheat_dir, config.default_anticheat_profile());
+  if (!profiles) return Fail("config " + profiles.error().field + ": " + profiles.error().message);
+  std::string profile_names;
+  for (const auto& name : profiles->names()) profile_names += " " + name;
+  std::cerr << "kboxd: anti-cheat profiles" << profile_names << " from " << anticheat_dir.string()
+            << "; default " << profiles->default_name << std::endl;
 
   std::error_code ec;
   fs::create_directories(config.work_dir(), ec);
@@ -138,8 +161,12 @@ int main(int argc, char** argv) {
   kbox::Metrics metrics;
   metrics.SetInsecureMode(!sandbox->settings.has_value());
   kbox::Evaluator evaluator(config, *host, gpus, *sandbox, metrics);
-  asio::thread_pool job_pool(config.max_in_flight_jobs());
-  kbox::ApiHandler handler(config, kbox::RequestPolicy(limits), evaluator, metrics, job_pool);
+  // One thread per admitted job, plus a few no job can take: /v1/check runs
+  // on them, so a static check never waits behind running evaluations.
+  constexpr uint32_t kCheckThreads = 2;
+  asio::thread_pool job_pool(config.max_in_flight_jobs() + kCheckThreads);
+  kbox::ApiHandler handler(config, kbox::RequestPolicy(limits, std::move(*profiles)), evaluator,
+                           metrics, job_pool);
 
   asio::io_context io;
   kbox::HttpServer server(io, handler,

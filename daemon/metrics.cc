@@ -2,6 +2,8 @@
 
 #include <prometheus/text_serializer.h>
 
+#include "policy/static_check/rule_catalog.h"
+
 namespace kbox {
 namespace {
 
@@ -10,6 +12,13 @@ const prometheus::Histogram::BucketBoundaries& PhaseBuckets() {
   static const prometheus::Histogram::BucketBoundaries buckets = {
       0.001, 0.01, 0.1, 0.5, 1, 2.5, 5, 10, 20, 40, 60, 120, 300, 600};
   return buckets;
+}
+
+prometheus::Histogram::BucketBoundaries StaticCheckBuckets() {
+  // The checker is linear in the source: tens of microseconds for a typical
+  // candidate, up to ~100 ms for one at max_source_bytes.
+  return {10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3,
+          50e-3, 100e-3};
 }
 
 std::string Lower(std::string s) {
@@ -33,6 +42,16 @@ Metrics::Metrics()
                            .Name("kbox_http_responses_total")
                            .Help("HTTP responses sent, by status class.")
                            .Register(*registry_)),
+      anticheat_verdicts_total_(prometheus::BuildCounter()
+                                    .Name("kbox_anticheat_verdicts_total")
+                                    .Help("Static anti-cheat findings (evaluations and checks), by "
+                                          "rule and severity.")
+                                    .Register(*registry_)),
+      static_check_seconds_(prometheus::BuildHistogram()
+                                .Name("kbox_static_check_duration_seconds")
+                                .Help("Time the static anti-cheat checker took per request.")
+                                .Register(*registry_)
+                                .Add({}, StaticCheckBuckets())),
       jobs_in_flight_(prometheus::BuildGauge()
                           .Name("kbox_jobs_in_flight")
                           .Help("Jobs accepted and not yet finished.")
@@ -55,6 +74,19 @@ void Metrics::RecordJob(const v1::EvaluateResult& result) {
                                                    {"total", d.total_ms()}};
   for (const auto& [phase, ms] : phases) {
     phase_seconds_.Add({{"phase", phase}}, PhaseBuckets()).Observe(ms / 1000.0);
+  }
+}
+
+void Metrics::RecordStaticCheck(const static_check::CheckReport& report, double seconds) {
+  static_check_seconds_.Observe(seconds);
+  for (const auto& f : report.findings) {
+    if (f.severity == static_check::Severity::kOff) continue;  // Never reported.
+    // The label comes from the catalogue, never from the finding's text.
+    const static_check::RuleInfo* rule = static_check::FindRule(f.rule_id);
+    anticheat_verdicts_total_
+        .Add({{"rule", rule ? std::string(rule->id) : "unknown"},
+              {"severity", std::string(static_check::SeverityName(f.severity))}})
+        .Increment();
   }
 }
 

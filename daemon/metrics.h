@@ -1,7 +1,8 @@
 #pragma once
 
 // kboxd's Prometheus metrics, declared in one place. Label values come from
-// closed sets only (backend and status enum names, HTTP status classes).
+// closed sets only (backend and status enum names, HTTP status classes, the
+// anti-cheat rule catalogue and its severities).
 
 #include <memory>
 #include <string>
@@ -13,6 +14,7 @@
 #include <prometheus/registry.h>
 
 #include "kbox/v1/evaluation.pb.h"
+#include "policy/static_check/static_checker.h"
 
 namespace kbox {
 
@@ -22,6 +24,9 @@ class Metrics {
 
   // Counts a finished job and observes its phase durations.
   void RecordJob(const v1::EvaluateResult& result);
+  // Counts the findings of one run of the static checker (POST /v1/evaluate
+  // and /v1/check alike) by rule and severity, and observes how long it took.
+  void RecordStaticCheck(const static_check::CheckReport& report, double seconds);
   // Counts an HTTP response by its status code class ("2xx", "4xx", ...).
   void RecordResponse(unsigned status_code);
   // 1 while kboxd runs candidates without the sandbox.
@@ -37,6 +42,8 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& jobs_total_;
   prometheus::Family<prometheus::Histogram>& phase_seconds_;
   prometheus::Family<prometheus::Counter>& responses_total_;
+  prometheus::Family<prometheus::Counter>& anticheat_verdicts_total_;
+  prometheus::Histogram& static_check_seconds_;
   prometheus::Gauge& jobs_in_flight_;
   prometheus::Gauge& insecure_mode_;
 };

@@ -283,6 +283,10 @@ void SanitizeResultText(EvaluateResult& r, size_t max_bytes) {
     clean(r.mutable_runtime_error()->mutable_traceback());
   }
   for (auto& t : *r.mutable_trials()) clean(t.mutable_failure());
+  for (auto& v : *r.mutable_verdicts()) {
+    clean(v.mutable_message());
+    clean(v.mutable_snippet());
+  }
   clean(r.mutable_output_tail());
 }
 

@@ -88,6 +88,7 @@ boost::system::result<SandboxRuntime, SandboxError> SetUpSandbox(const v1::Daemo
   }
   s.policy_dir = config.seccomp_policy_dir().empty()
                      ? FirstExisting({fs::path(exe_dir) / "../share/kbox/seccomp",
+                                      fs::path(exe_dir) / "../../policy/seccomp",
                                       fs::path(KBOX_SOURCE_POLICY_DIR)})
                      : config.seccomp_policy_dir();
   for (const char* profile : {"compile.policy", "run.policy"}) {

@@ -1,11 +1,16 @@
 // kbox: command-line client of kboxd.
 //
-//   kbox eval --server URL --reference R.py --candidate C.py [--backend cpu|cuda|triton] [--json]
+//   kbox eval --server URL --reference R.py --candidate C.py [--backend cpu|cuda|triton]
+//             [--profile NAME] [--rule ID=SEVERITY ...] [--json]
+//   kbox check FILE [--reference R.py] [--backend ...] [--precision ...] [--profile NAME]
+//             [--rule ID=SEVERITY ...] [--json]
 //   kbox info --server URL [--json]
 //
 // Exit status: 0 when the server answered with a result (a wrong kernel is a
-// result, not a failure); 2 for usage errors and requests the server refused
-// as malformed (4xx); 3 when the server could not be reached or failed (5xx).
+// result, not a failure; for `check`: no verdict rejects); 1 (`check` only)
+// when an anti-cheat rule rejects the candidate; 2 for usage errors and
+// requests the server refused as malformed (4xx); 3 when the server could not
+// be reached or failed (5xx).
 
 #include <boost/program_options.hpp>
 #include <fstream>
@@ -26,16 +31,30 @@ namespace po = boost::program_options;
 using kbox::v1::EvaluateRequest;
 using kbox::v1::EvaluateResult;
 
+constexpr int kRejected = 1;
 constexpr int kUsageError = 2;
 constexpr int kServerError = 3;
 // A job may take its run-stage limit plus a cold compile; wait long enough.
 constexpr auto kEvalTimeout = std::chrono::seconds(3600);
 constexpr auto kInfoTimeout = std::chrono::seconds(30);
+constexpr auto kCheckTimeout = std::chrono::seconds(60);
 
 const char* kUsage =
     "usage: kbox eval [--server URL] --reference R.py --candidate C.py [options]\n"
+    "       kbox check [--server URL] FILE [--reference R.py] [--backend cpu|cuda|triton]\n"
+    "                  [--precision fp32|fp16|bf16] [--profile NAME] [--rule ID=SEVERITY ...]\n"
+    "                  [--json]\n"
     "       kbox info [--server URL] [--json]\n"
-    "The server URL defaults to $KBOX_SERVER, then http://127.0.0.1:8080.\n";
+    "`eval` evaluates a candidate (`kbox eval --help` lists its options); `check` runs the\n"
+    "static anti-cheat checks alone and prints one line per verdict:\n"
+    "  candidate.py:LINE:COL: SEVERITY RULE-ID: MESSAGE\n"
+    "--profile names an anti-cheat profile of the server (`kbox info` lists them);\n"
+    "--rule ID=SEVERITY (repeatable) sets one rule to reject, suspicious, info or off.\n"
+    "The server URL defaults to $KBOX_SERVER, then http://127.0.0.1:8080.\n"
+    "Exit status: 0 answered (eval: any result; check: nothing rejected);\n"
+    "  1 check: an anti-cheat rule rejects the candidate;\n"
+    "  2 usage error, or the server refused the request (4xx);\n"
+    "  3 the server could not be reached or failed (5xx).\n";
 
 int Usage(const std::string& message) {
   std::cerr << "kbox: " << message << "\n" << kUsage;
@@ -75,6 +94,34 @@ int ReportHttpError(const kbox::HttpReply& reply) {
   return reply.status >= 500 ? kServerError : kUsageError;
 }
 
+const std::map<std::string, kbox::v1::Backend>& Backends() {
+  static const std::map<std::string, kbox::v1::Backend> kBackends = {
+      {"cpu", kbox::v1::BACKEND_CPU}, {"cuda", kbox::v1::BACKEND_CUDA},
+      {"triton", kbox::v1::BACKEND_TRITON}};
+  return kBackends;
+}
+
+const std::map<std::string, kbox::v1::Precision>& Precisions() {
+  static const std::map<std::string, kbox::v1::Precision> kPrecisions = {
+      {"fp32", kbox::v1::PRECISION_FP32}, {"fp16", kbox::v1::PRECISION_FP16},
+      {"bf16", kbox::v1::PRECISION_BF16}};
+  return kPrecisions;
+}
+
+// `--rule ID=SEVERITY` flags into the request's overrides; the server checks
+// ids and severities. Returns an error message, or "".
+std::string ParseRules(const std::vector<std::string>& rules,
+                       google::protobuf::Map<std::string, std::string>* overrides) {
+  for (const auto& rule : rules) {
+    const auto eq = rule.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == rule.size()) {
+      return "--rule wants ID=SEVERITY (e.g. py.matmul-operator=suspicious), got '" + rule + "'";
+    }
+    (*overrides)[rule.substr(0, eq)] = rule.substr(eq + 1);
+  }
+  return "";
+}
+
 std::string ToJson(const google::protobuf::Message& message) {
   std::string out;
   google::protobuf::util::JsonPrintOptions options;
@@ -89,7 +136,8 @@ int Eval(const std::vector<std::string>& args) {
   std::string server = DefaultServer(), reference, candidate, backend = "cpu", precision = "fp32";
   unsigned trials = 0, time_limit = 0, perf_trials = 0;
   int64_t seed = -1;
-  std::string request_id;
+  std::string request_id, profile;
+  std::vector<std::string> rules;
   po::options_description desc("kbox eval options");
   desc.add_options()("server", po::value(&server), "kboxd URL (default $KBOX_SERVER)")(
       "reference", po::value(&reference), "reference .py (class Model, get_inputs, get_init_inputs)")(
@@ -101,7 +149,9 @@ int Eval(const std::vector<std::string>& args) {
       "perf-trials", po::value(&perf_trials), "timed calls per model")(
       "time-limit", po::value(&time_limit), "run-stage limit, seconds")(
       "no-perf", "skip timing")("id", po::value(&request_id), "client request id")(
-      "json", "print the result as proto3 JSON");
+      "profile", po::value(&profile), "anti-cheat profile (default: the server's)")(
+      "rule", po::value(&rules), "ID=SEVERITY: override one anti-cheat rule (repeatable)")(
+      "json", "print the result as proto3 JSON")("help,h", "print this help");
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(args).options(desc).run(), vm);
@@ -109,21 +159,22 @@ int Eval(const std::vector<std::string>& args) {
   } catch (const po::error& e) {
     return Usage(e.what());
   }
+  if (vm.count("help")) {
+    std::cout << "usage: kbox eval [--server URL] --reference R.py --candidate C.py [options]\n"
+              << desc;
+    return 0;
+  }
   if (reference.empty() || candidate.empty()) return Usage("--reference and --candidate are required");
 
   EvaluateRequest req;
   if (!ReadFile(reference, *req.mutable_reference_source())) return Usage("cannot read " + reference);
   if (!ReadFile(candidate, *req.mutable_candidate_source())) return Usage("cannot read " + candidate);
-  static const std::map<std::string, kbox::v1::Backend> kBackends = {
-      {"cpu", kbox::v1::BACKEND_CPU}, {"cuda", kbox::v1::BACKEND_CUDA},
-      {"triton", kbox::v1::BACKEND_TRITON}};
-  static const std::map<std::string, kbox::v1::Precision> kPrecisions = {
-      {"fp32", kbox::v1::PRECISION_FP32}, {"fp16", kbox::v1::PRECISION_FP16},
-      {"bf16", kbox::v1::PRECISION_BF16}};
-  if (!kBackends.contains(backend)) return Usage("unknown backend " + backend);
-  if (!kPrecisions.contains(precision)) return Usage("unknown precision " + precision);
-  req.set_backend(kBackends.at(backend));
-  req.set_precision(kPrecisions.at(precision));
+  if (!Backends().contains(backend)) return Usage("unknown backend " + backend);
+  if (!Precisions().contains(precision)) return Usage("unknown precision " + precision);
+  req.set_backend(Backends().at(backend));
+  req.set_precision(Precisions().at(precision));
+  req.set_anticheat_profile(profile);
+  if (auto e = ParseRules(rules, req.mutable_anticheat_overrides()); !e.empty()) return Usage(e);
   req.set_correctness_trials(trials);
   if (seed >= 0) req.set_seed(static_cast<uint64_t>(seed));
   if (vm.count("no-perf")) req.set_measure_performance(false);
@@ -147,6 +198,69 @@ int Eval(const std::vector<std::string>& args) {
   }
   std::cout << (vm.count("json") ? ToJson(result) : kbox::SummarizeResult(result));
   return 0;
+}
+
+int Check(const std::vector<std::string>& args) {
+  std::string server = DefaultServer(), file, reference, backend = "cpu", precision = "fp32";
+  std::string profile, request_id;
+  std::vector<std::string> rules;
+  po::options_description desc("kbox check options");
+  desc.add_options()("server", po::value(&server), "kboxd URL (default $KBOX_SERVER)")(
+      "file", po::value(&file), "candidate .py to check (the positional FILE)")(
+      "reference", po::value(&reference), "reference .py (optional: lets the checks know its names)")(
+      "backend", po::value(&backend), "cpu, cuda or triton (default cpu)")(
+      "precision", po::value(&precision), "fp32, fp16 or bf16 (default fp32)")(
+      "profile", po::value(&profile), "anti-cheat profile (default: the server's)")(
+      "rule", po::value(&rules), "ID=SEVERITY: override one anti-cheat rule (repeatable)")(
+      "id", po::value(&request_id), "client request id")(
+      "json", "print the response as proto3 JSON")("help,h", "print this help");
+  po::positional_options_description positional;
+  positional.add("file", 1);
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(args).options(desc).positional(positional).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    return Usage(e.what());
+  }
+  if (vm.count("help")) {
+    std::cout << "usage: kbox check [--server URL] FILE [options]\n"
+              << "Exit status: 0 nothing rejected; 1 rejected; 2 usage error or 4xx; "
+                 "3 connection error or 5xx.\n"
+              << desc;
+    return 0;
+  }
+  if (file.empty()) return Usage("check: the candidate FILE is required");
+
+  kbox::v1::CheckRequest req;
+  if (!ReadFile(file, *req.mutable_candidate_source())) return Usage("cannot read " + file);
+  if (!reference.empty() && !ReadFile(reference, *req.mutable_reference_source())) {
+    return Usage("cannot read " + reference);
+  }
+  if (!Backends().contains(backend)) return Usage("unknown backend " + backend);
+  if (!Precisions().contains(precision)) return Usage("unknown precision " + precision);
+  req.set_backend(Backends().at(backend));
+  req.set_precision(Precisions().at(precision));
+  req.set_anticheat_profile(profile);
+  if (auto e = ParseRules(rules, req.mutable_anticheat_overrides()); !e.empty()) return Usage(e);
+  req.set_client_request_id(request_id);
+
+  auto url = kbox::ParseServerUrl(server);
+  if (!url) return Usage(url.error().message);
+  auto reply = kbox::HttpCall(*url, "POST", "/v1/check", "application/x-protobuf",
+                              req.SerializeAsString(), kCheckTimeout);
+  if (!reply) {
+    std::cerr << "kbox: " << reply.error().message << "\n";
+    return kServerError;
+  }
+  if (reply->status != 200) return ReportHttpError(*reply);
+  kbox::v1::CheckResponse response;
+  if (!response.ParseFromString(reply->body)) {
+    std::cerr << "kbox: the server's answer is not a CheckResponse\n";
+    return kServerError;
+  }
+  std::cout << (vm.count("json") ? ToJson(response) + "\n" : kbox::SummarizeCheck(response));
+  return response.rejected() ? kRejected : 0;
 }
 
 int Info(const std::vector<std::string>& args) {
@@ -186,6 +300,7 @@ int main(int argc, char** argv) {
   const std::string command = argv[1];
   const std::vector<std::string> args(argv + 2, argv + argc);
   if (command == "eval") return Eval(args);
+  if (command == "check") return Check(args);
   if (command == "info") return Info(args);
   if (command == "-h" || command == "--help" || command == "help") {
     std::cout << kUsage;

@@ -228,27 +228,51 @@ def job_table():
         jobs[name] = payload
 
     # No compile.
+    # The next three candidates build no kernel on purpose (they test the time
+    # limit, a raising candidate and a broken reference); the strict anti-cheat
+    # profile would reject them before they run (kernel.none, py.concurrency),
+    # so they run with the checks off.
     add("spins_forever", ref, cand("cand_spins_forever.py"), time_limit_s=SPIN_TIME_LIMIT_S,
-        measure_performance=False)
-    add("raises", ref, cand("cand_raises.py"), measure_performance=False)
+        measure_performance=False, anticheat_profile="off")
+    add("raises", ref, cand("cand_raises.py"), measure_performance=False,
+        anticheat_profile="off")
     add("reference_error", it.read(it.case_path("ref_raises_in_get_inputs.py")),
-        cand("cand_identity_python.py"), measure_performance=False)
+        cand("cand_identity_python.py"), measure_performance=False, anticheat_profile="off")
+    # Static anti-cheat checks (tests/integration/test_static_check.py).
+    matmul_ref = it.read(it.case_path("ref_matmul_relu.py"))
+    add("static_rejected", matmul_ref, cand("cand_matmul_operator.py"),
+        measure_performance=False)
+    add("static_off", matmul_ref, cand("cand_matmul_python.py"), measure_performance=False,
+        anticheat_profile="off", seed=HONEST_SEED)
     # One C++ build each.
     add("honest", ref, cand("cand_clamp_scale_ok.py"), seed=HONEST_SEED, correctness_trials=5,
         measure_performance=True)
     add("cpp_syntax_error", ref, cand("cand_cpp_syntax_error.py"))
     add("off_by_one", ref, cand("cand_clamp_scale_off_by_one.py"), seed=WRONG_SEED,
         measure_performance=False)
+    add("static_override", matmul_ref, cand("cand_matmul_operator.py"),
+        measure_performance=False, seed=HONEST_SEED,
+        anticheat_overrides={"py.matmul-operator": "suspicious"})
     for case in it.corpus_cpu_cases():
         d = os.path.join(it.corpus_legit_dir(), case)
         add("corpus:" + case, it.read(os.path.join(d, "reference.py")),
             it.read(os.path.join(d, "candidate.py")), measure_performance=False)
+    # Reward hacks and false-positive traps under the default (strict)
+    # profile: most end at the static check; traps and the hacks only the run
+    # can show compile and run (tests/integration/test_corpus.py).
+    for case in it.corpus_reward_hack_cases():
+        d = os.path.join(it.shared_dir(), "corpus", "reward-hacks", case)
+        add("hack:" + case, it.read(os.path.join(d, "reference.py")),
+            it.read(os.path.join(d, "candidate.py")), measure_performance=False)
     # Sandbox escapes and resource abuse (tests/integration/test_escapes.py).
+    # These jobs exist to prove the SANDBOX holds: the static anti-cheat checks
+    # would reject most of them before they ran, so they run with the checks
+    # off (test_escapes.py checks separately that strict rejects them).
     for case in it.corpus_escape_cases():
         d = os.path.join(it.shared_dir(), "corpus", "escapes", case)
         add("escape:" + case, it.read(os.path.join(d, "reference.py")),
             it.read(os.path.join(d, "candidate.py")), measure_performance=False,
-            time_limit_s=ESCAPE_TIME_LIMIT_S)
+            time_limit_s=ESCAPE_TIME_LIMIT_S, anticheat_profile="off")
     return jobs
 
 
@@ -321,8 +345,8 @@ def jobs(daemon, escape_traps):
 
 # Tests that do not wait for a job run first, while the jobs compile (so they
 # also check that kboxd answers under load); /metrics runs after everything.
-_MODULE_ORDER = {"test_http_errors": 0, "test_cli": 1, "test_evaluate": 2, "test_corpus": 3,
-                 "test_metrics": 9}
+_MODULE_ORDER = {"test_http_errors": 0, "test_cli": 1, "test_static_check": 1, "test_evaluate": 2,
+                 "test_corpus": 3, "test_metrics": 9}
 
 
 def pytest_collection_modifyitems(session, config, items):

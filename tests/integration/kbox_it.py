@@ -46,6 +46,13 @@ def corpus_cpu_cases():
                   for p in glob.glob(os.path.join(corpus_legit_dir(), "*_cpu", "expect.json")))
 
 
+def corpus_reward_hack_cases():
+    """Ids of the CPU cases in <shared>/corpus/reward-hacks (hacks and false-positive traps), sorted."""
+    return sorted(os.path.basename(os.path.dirname(p))
+                  for p in glob.glob(os.path.join(shared_dir(), "corpus", "reward-hacks", "*_cpu",
+                                                  "expect.json")))
+
+
 def corpus_escape_cases():
     """Ids of the CPU cases in <shared>/corpus/escapes, sorted."""
     return sorted(os.path.basename(os.path.dirname(p))

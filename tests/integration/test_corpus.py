@@ -1,5 +1,6 @@
-"""Every CPU case of <shared>/corpus/legit: the service must agree with its
-expect.json (the files are read in place, never copied into the repo)."""
+"""Every CPU case of <shared>/corpus/legit and <shared>/corpus/reward-hacks:
+the service must agree with its expect.json (the files are read in place,
+never copied into the repo). Escapes are in test_escapes.py."""
 import json
 import os
 
@@ -25,3 +26,36 @@ def test_legit_cpu_case(jobs, case):
     assert r["status"] == "CORRECT", describe(r)
     assert r["rewardable"] == expect["rewardable"], describe(r)
     assert len(r["trials"]) == 5 and all(t["passed"] for t in r["trials"]), describe(r)
+
+
+HACKS = it.corpus_reward_hack_cases()
+
+# Cheats no text shows, that the run stage must catch (issue 5: trusted
+# judging). Until it does they are expected to fail, strictly: an unexpected
+# pass means this list is stale.
+RUN_STAGE_ONLY = {
+    "h16_constant_wide_softmax_cpu": "degenerate output that passes the absolute tolerance",
+}
+
+
+def test_reward_hack_corpus_found():
+    assert HACKS, "no *_cpu cases under %s/corpus/reward-hacks" % it.shared_dir()
+
+
+@pytest.mark.parametrize("case", HACKS)
+def test_reward_hack_cpu_case(jobs, case, request):
+    if case in RUN_STAGE_ONLY:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=RUN_STAGE_ONLY[case]))
+    with open(os.path.join(it.shared_dir(), "corpus", "reward-hacks", case, "expect.json")) as f:
+        expect = json.load(f)
+    r = jobs.result("hack:" + case)
+    assert r["rewardable"] == expect["rewardable"], describe(r)
+    if expect["rewardable"]:
+        # A false-positive trap: honest, so it must be judged like one.
+        assert r["status"] == "CORRECT", describe(r)
+        assert not [v for v in r.get("verdicts", []) if v["severity"] == "REJECT"], describe(r)
+    elif r["status"] == "REJECTED":
+        # Rejected before compiling: no build was spent on it.
+        assert r["durations"].get("compile_ms", 0) == 0, describe(r)
+        assert any(v["severity"] == "REJECT" and v.get("phase") == "PHASE_STATIC"
+                   for v in r["verdicts"]), describe(r)

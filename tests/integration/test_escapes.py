@@ -1,7 +1,11 @@
 """Every CPU case of ../shared/corpus/escapes, through the real daemon and its
 sandbox: none may be rewarded, each must end with the outcome its kind calls
 for, none of the host-side effects named in its expect.json may happen, and
-kboxd keeps serving (an honest job afterwards is CORRECT)."""
+kboxd keeps serving (an honest job afterwards is CORRECT).
+
+The escape jobs run with anticheat_profile "off" (conftest.py): the static
+checks would reject most of them before they ran, and these tests are about
+the sandbox. test_strict_profile_rejects_every_escape checks the other layer."""
 import json
 import os
 import time
@@ -38,6 +42,42 @@ def text_of(result):
     return json.dumps(result)
 
 
+# Resource abuse no static rule can tell from honest code: only the sandbox
+# and the stage limits stop it. The checker's own corpus test lists the same
+# cases as dynamic-only (tests/unit/policy/static_check_corpus_test.cc).
+NOT_STATICALLY_VISIBLE = {
+    # A busy loop in the extension's C++: whether code halts cannot be read
+    # from its text; the run stage's time limit ends it.
+    "esc_infinite_loop_cpu",
+    # Writes 1 GiB with sys.stdout.write; printing is honest, the amount only
+    # shows at run time (max_output_bytes kills it).
+    "esc_stdout_flood_cpu",
+    # Allocates until the cgroup's memory limit; allocation is honest too.
+    # (Strict happens to reject it today, for its cross-call list.)
+    "esc_memory_bomb_cpu",
+}
+
+
+def test_strict_profile_rejects_every_escape(daemon):
+    """Under the default (strict) profile, POST /v1/check rejects every escape
+    case: defence in depth in front of the sandbox."""
+    not_rejected = {}
+    for case in CASES:
+        d = os.path.join(it.shared_dir(), "corpus", "escapes", case)
+        payload = {"candidate_source": it.read(os.path.join(d, "candidate.py")),
+                   "reference_source": it.read(os.path.join(d, "reference.py")),
+                   "backend": "BACKEND_CPU", "client_request_id": "it-check-" + case}
+        reply = it.post_json(daemon.port, payload, path="/v1/check")
+        assert reply.status == 200, (case, reply)
+        r = reply.json()
+        assert r["anticheat_profile"] == "strict", r
+        if not r["rejected"]:
+            not_rejected[case] = r["verdicts"]
+        else:
+            assert any(v["severity"] == "REJECT" for v in r["verdicts"]), (case, r)
+    assert set(not_rejected) <= NOT_STATICALLY_VISIBLE, not_rejected
+
+
 @pytest.fixture(scope="module")
 def escape_results(jobs):
     return {case: jobs.result("escape:" + case) for case in CASES}
@@ -51,6 +91,7 @@ def test_escape_corpus_is_present():
 @pytest.mark.parametrize("case", CASES)
 def test_escape_is_not_rewarded(escape_results, case):
     r = escape_results[case]
+    assert r["settings"]["anticheat_profile"] == "off", it.describe(r)  # the sandbox's test
     assert expect_of(case)["rewardable"] is False
     assert r["rewardable"] is False, it.describe(r)
     assert r["status"] not in ("CORRECT", "INFRA_ERROR"), it.describe(r)

@@ -92,6 +92,8 @@ TEST(ConfigLoaderTest, AppliesDefaults) {
   EXPECT_EQ(config->max_output_bytes(), 8u << 20);
   EXPECT_EQ(config->max_log_bytes(), 16u << 10);
   EXPECT_FALSE(config->keep_job_dirs());
+  EXPECT_EQ(config->default_anticheat_profile(), "strict");
+  EXPECT_EQ(config->anticheat_profile_dir(), "");  // kboxd finds it beside itself.
 }
 
 TEST(ConfigLoaderTest, ZeroCoresMeansOneCompileWorker) {
@@ -107,8 +109,10 @@ TEST(ConfigLoaderTest, KeepsExplicitValues) {
   in.set_max_time_limit_s(60);
   in.set_default_time_limit_s(60);
   in.set_work_dir("/srv/kbox");
+  in.set_default_anticheat_profile("lenient");
   const auto config = ApplyConfigDefaults(in, 12);
   ASSERT_TRUE(config);
+  EXPECT_EQ(config->default_anticheat_profile(), "lenient");
   EXPECT_EQ(config->listen(), "[::1]:0");
   EXPECT_EQ(config->compile_workers(), 7u);
   EXPECT_EQ(config->max_time_limit_s(), 60u);

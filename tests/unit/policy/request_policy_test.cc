@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <limits>
 #include <string>
 #include <vector>
+
+#include "tests/unit/temp_dir.h"
 
 namespace kbox {
 namespace {
@@ -295,6 +298,241 @@ TEST(RequestPolicyTest, LimitsAccessorReturnsConfiguredLimits) {
   const RequestPolicy policy(TestLimits());
   EXPECT_EQ(policy.limits().max_source_bytes, 1024u);
   EXPECT_EQ(policy.limits().backends.size(), 2u);
+}
+
+// -- anti-cheat profile and overrides ------------------------------------------------
+
+using static_check::AnticheatProfile;
+using static_check::Severity;
+
+// "strict" (every rule rejects, the default) and "off", without files.
+AnticheatProfiles TwoProfiles() {
+  AnticheatProfiles p;
+  p.by_name.emplace("strict", AnticheatProfile::Uniform("strict", Severity::kReject));
+  p.by_name.emplace("off", AnticheatProfile::Uniform("off", Severity::kOff));
+  p.default_name = "strict";
+  return p;
+}
+
+RequestPolicy PolicyWithProfiles() { return RequestPolicy(TestLimits(), TwoProfiles()); }
+
+TEST(RequestPolicyTest, EmptyProfileMeansTheDefault) {
+  const auto job = PolicyWithProfiles().ResolveJob(ValidRequest());
+  ASSERT_TRUE(job) << job.error().field << ": " << job.error().message;
+  EXPECT_EQ(job->settings.anticheat_profile(), "strict");
+  EXPECT_EQ(job->anticheat.name(), "strict");
+  EXPECT_EQ(job->anticheat.severity("py.matmul-operator"), Severity::kReject);
+}
+
+TEST(RequestPolicyTest, NamedProfileIsUsed) {
+  auto request = ValidRequest();
+  request.set_anticheat_profile("off");
+  const auto job = PolicyWithProfiles().ResolveJob(request);
+  ASSERT_TRUE(job);
+  EXPECT_EQ(job->settings.anticheat_profile(), "off");
+  EXPECT_TRUE(job->anticheat.all_off());
+}
+
+TEST(RequestPolicyTest, UnknownProfileNamesFieldAndListsProfiles) {
+  auto request = ValidRequest();
+  request.set_anticheat_profile("paranoid");
+  const auto result = PolicyWithProfiles().Resolve(request);
+  ASSERT_FALSE(result);
+  EXPECT_EQ(result.error().field, "anticheat_profile");
+  EXPECT_NE(result.error().message.find("paranoid"), std::string::npos) << result.error().message;
+  EXPECT_NE(result.error().message.find("off, strict"), std::string::npos) << result.error().message;
+}
+
+TEST(RequestPolicyTest, ProfileNameIsEchoedSafely) {
+  auto request = ValidRequest();
+  request.set_anticheat_profile("bad\nname" + std::string(200, 'x'));
+  const auto result = PolicyWithProfiles().Resolve(request);
+  ASSERT_FALSE(result);
+  EXPECT_EQ(result.error().field, "anticheat_profile");
+  EXPECT_EQ(result.error().message.find('\n'), std::string::npos);
+  EXPECT_LT(result.error().message.size(), 200u);
+}
+
+TEST(RequestPolicyTest, OverrideChangesOneRule) {
+  auto request = ValidRequest();
+  (*request.mutable_anticheat_overrides())["py.matmul-operator"] = "suspicious";
+  (*request.mutable_anticheat_overrides())["kernel.none"] = "off";
+  const auto job = PolicyWithProfiles().ResolveJob(request);
+  ASSERT_TRUE(job) << job.error().field << ": " << job.error().message;
+  EXPECT_EQ(job->anticheat.severity("py.matmul-operator"), Severity::kSuspicious);
+  EXPECT_EQ(job->anticheat.severity("kernel.none"), Severity::kOff);
+  EXPECT_EQ(job->anticheat.severity("py.file-io"), Severity::kReject);
+  // The settings name the profile, not the overrides.
+  EXPECT_EQ(job->settings.anticheat_profile(), "strict");
+}
+
+TEST(RequestPolicyTest, OverrideOfUnknownRuleNamesTheRule) {
+  auto request = ValidRequest();
+  (*request.mutable_anticheat_overrides())["py.no-such-rule"] = "off";
+  const auto result = PolicyWithProfiles().Resolve(request);
+  ASSERT_FALSE(result);
+  EXPECT_EQ(result.error().field, "anticheat_overrides[py.no-such-rule]");
+}
+
+TEST(RequestPolicyTest, OverrideWithBadSeverityNamesTheRule) {
+  for (const char* severity : {"REJECT", "warn", "", "off "}) {
+    auto request = ValidRequest();
+    (*request.mutable_anticheat_overrides())["py.matmul-operator"] = severity;
+    const auto result = PolicyWithProfiles().Resolve(request);
+    ASSERT_FALSE(result) << severity;
+    EXPECT_EQ(result.error().field, "anticheat_overrides[py.matmul-operator]") << severity;
+    EXPECT_NE(result.error().message.find("reject, suspicious, info or off"), std::string::npos);
+  }
+}
+
+TEST(RequestPolicyTest, FirstBadOverrideInRuleOrderIsReported) {
+  auto request = ValidRequest();
+  (*request.mutable_anticheat_overrides())["zz.unknown"] = "off";
+  (*request.mutable_anticheat_overrides())["aa.unknown"] = "off";
+  (*request.mutable_anticheat_overrides())["kernel.none"] = "bogus";
+  for (int i = 0; i < 5; ++i) {
+    const auto result = PolicyWithProfiles().Resolve(request);
+    ASSERT_FALSE(result);
+    EXPECT_EQ(result.error().field, "anticheat_overrides[aa.unknown]");
+  }
+}
+
+TEST(RequestPolicyTest, DefaultPolicyHasOnlyTheOffProfile) {
+  const RequestPolicy policy(TestLimits());
+  EXPECT_EQ(policy.profiles().names(), std::vector<std::string>{"off"});
+  const auto job = policy.ResolveJob(ValidRequest());
+  ASSERT_TRUE(job);
+  EXPECT_TRUE(job->anticheat.all_off());
+}
+
+v1::CheckRequest ValidCheck() {
+  v1::CheckRequest request;
+  request.set_candidate_source("class ModelNew: pass\n");
+  request.set_backend(v1::BACKEND_CPU);
+  return request;
+}
+
+std::string CheckErrorField(const v1::CheckRequest& request) {
+  const auto result = PolicyWithProfiles().ResolveCheck(request);
+  return result ? std::string() : result.error().field;
+}
+
+TEST(RequestPolicyTest, CheckNeedsOnlyCandidateAndBackend) {
+  const auto result = PolicyWithProfiles().ResolveCheck(ValidCheck());
+  ASSERT_TRUE(result) << result.error().field << ": " << result.error().message;
+  EXPECT_EQ(result->backend, v1::BACKEND_CPU);
+  EXPECT_EQ(result->precision, v1::PRECISION_FP32);
+  EXPECT_EQ(result->anticheat.name(), "strict");
+}
+
+TEST(RequestPolicyTest, CheckValidatesLikeEvaluate) {
+  auto request = ValidCheck();
+  request.clear_candidate_source();
+  EXPECT_EQ(CheckErrorField(request), "candidate_source");
+
+  request = ValidCheck();
+  request.set_reference_source(std::string(1025, 'x'));
+  EXPECT_EQ(CheckErrorField(request), "reference_source");
+
+  request = ValidCheck();
+  request.clear_backend();
+  EXPECT_EQ(CheckErrorField(request), "backend");
+
+  request = ValidCheck();
+  request.set_backend(static_cast<v1::Backend>(42));
+  EXPECT_EQ(CheckErrorField(request), "backend");
+
+  request = ValidCheck();
+  request.set_precision(static_cast<v1::Precision>(42));
+  EXPECT_EQ(CheckErrorField(request), "precision");
+
+  request = ValidCheck();
+  request.set_anticheat_profile("nope");
+  EXPECT_EQ(CheckErrorField(request), "anticheat_profile");
+
+  request = ValidCheck();
+  (*request.mutable_anticheat_overrides())["py.matmul-operator"] = "loud";
+  EXPECT_EQ(CheckErrorField(request), "anticheat_overrides[py.matmul-operator]");
+
+  request = ValidCheck();
+  request.set_client_request_id(std::string(129, 'a'));
+  EXPECT_EQ(CheckErrorField(request), "client_request_id");
+}
+
+TEST(RequestPolicyTest, CheckAcceptsBackendTheDaemonDoesNotServe) {
+  auto request = ValidCheck();
+  request.set_backend(v1::BACKEND_TRITON);  // TestLimits serves cpu and cuda.
+  request.set_precision(v1::PRECISION_BF16);
+  const auto result = PolicyWithProfiles().ResolveCheck(request);
+  ASSERT_TRUE(result);
+  EXPECT_EQ(result->backend, v1::BACKEND_TRITON);
+  EXPECT_EQ(result->precision, v1::PRECISION_BF16);
+}
+
+TEST(RequestPolicyTest, TaskBackendAndPrecisionMapping) {
+  EXPECT_EQ(TaskBackendOf(v1::BACKEND_CPU), static_check::TaskBackend::kCpu);
+  EXPECT_EQ(TaskBackendOf(v1::BACKEND_CUDA), static_check::TaskBackend::kCuda);
+  EXPECT_EQ(TaskBackendOf(v1::BACKEND_TRITON), static_check::TaskBackend::kTriton);
+  EXPECT_EQ(TaskPrecisionOf(v1::PRECISION_UNSPECIFIED), static_check::TaskPrecision::kFp32);
+  EXPECT_EQ(TaskPrecisionOf(v1::PRECISION_FP16), static_check::TaskPrecision::kFp16);
+  EXPECT_EQ(TaskPrecisionOf(v1::PRECISION_BF16), static_check::TaskPrecision::kBf16);
+}
+
+// -- loading a profile directory -------------------------------------------------------
+
+void WriteFile(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream(path) << text;
+}
+
+TEST(AnticheatProfilesTest, LoadsEveryProfileOfTheDirectory) {
+  kbox::testing::TempDir dir;
+  WriteFile(dir.path() / "strict.profile", "default reject\n");
+  WriteFile(dir.path() / "quiet.profile", "extends strict\npy.matmul-operator info\n");
+  WriteFile(dir.path() / "README", "not a profile\n");
+  const auto loaded = AnticheatProfiles::LoadDir(dir.path(), "strict");
+  ASSERT_TRUE(loaded) << loaded.error().field << ": " << loaded.error().message;
+  EXPECT_EQ(loaded->names(), (std::vector<std::string>{"quiet", "strict"}));
+  EXPECT_EQ(loaded->default_name, "strict");
+  EXPECT_EQ(loaded->by_name.at("quiet").severity("py.matmul-operator"), Severity::kInfo);
+}
+
+TEST(AnticheatProfilesTest, BrokenProfileNamesFileAndLine) {
+  kbox::testing::TempDir dir;
+  WriteFile(dir.path() / "strict.profile", "default reject\n");
+  WriteFile(dir.path() / "broken.profile", "default off\n# fine\npy.no-such-rule reject\n");
+  const auto loaded = AnticheatProfiles::LoadDir(dir.path(), "strict");
+  ASSERT_FALSE(loaded);
+  EXPECT_NE(loaded.error().field.find(dir.path().string()), std::string::npos)
+      << loaded.error().field;
+  EXPECT_NE(loaded.error().message.find("broken.profile:3"), std::string::npos)
+      << loaded.error().message;
+}
+
+TEST(AnticheatProfilesTest, MissingDefaultIsAnError) {
+  kbox::testing::TempDir dir;
+  WriteFile(dir.path() / "lenient.profile", "default info\n");
+  const auto loaded = AnticheatProfiles::LoadDir(dir.path(), "strict");
+  ASSERT_FALSE(loaded);
+  EXPECT_EQ(loaded.error().field, "default_anticheat_profile");
+  EXPECT_NE(loaded.error().message.find("strict"), std::string::npos);
+  EXPECT_NE(loaded.error().message.find("lenient"), std::string::npos);
+}
+
+TEST(AnticheatProfilesTest, MissingDirectoryIsAnError) {
+  kbox::testing::TempDir dir;
+  const auto loaded = AnticheatProfiles::LoadDir(dir.path() / "nope", "strict");
+  ASSERT_FALSE(loaded);
+  EXPECT_NE(loaded.error().field.find("anticheat_profile_dir"), std::string::npos);
+}
+
+TEST(AnticheatProfilesTest, ShippedProfilesLoad) {
+  const auto loaded = AnticheatProfiles::LoadDir(KBOX_SOURCE_ANTICHEAT_DIR, "strict");
+  ASSERT_TRUE(loaded) << loaded.error().field << ": " << loaded.error().message;
+  for (const char* name : {"strict", "lenient", "off"}) {
+    EXPECT_TRUE(loaded->by_name.contains(name)) << name;
+  }
+  EXPECT_TRUE(loaded->by_name.at("off").all_off());
+  EXPECT_EQ(loaded->by_name.at("strict").severity("py.matmul-operator"), Severity::kReject);
 }
 
 }  // namespace

@@ -1,0 +1,90 @@
+#include "daemon/static_verdicts.h"
+
+#include <chrono>
+
+#include "daemon/result_mapper.h"
+
+namespace kbox {
+namespace {
+
+// The checker bounds its text already; these bounds only keep a bug there
+// from making responses large.
+constexpr size_t kMaxSnippetBytes = 512;
+constexpr size_t kMaxMessageBytes = 1024;
+
+std::string OneLine(const std::string& text, size_t max_bytes) {
+  std::string out = SanitizeTail(text, max_bytes);
+  for (char& c : out) {
+    if (c == '\n' || c == '\t') c = ' ';
+  }
+  return out;
+}
+
+}  // namespace
+
+StaticPhase RunStaticCheck(const static_check::CheckInput& input,
+                           const static_check::AnticheatProfile& profile) {
+  StaticPhase phase;
+  if (profile.all_off()) return phase;
+  const auto start = std::chrono::steady_clock::now();
+  phase.report = static_check::Check(input, profile);
+  phase.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                 .count();
+  phase.ran = true;
+  return phase;
+}
+
+v1::Verdict::Severity VerdictSeverityOf(static_check::Severity severity) {
+  switch (severity) {
+    case static_check::Severity::kInfo: return v1::Verdict::INFO;
+    case static_check::Severity::kSuspicious: return v1::Verdict::SUSPICIOUS;
+    case static_check::Severity::kReject: return v1::Verdict::REJECT;
+    case static_check::Severity::kOff: break;
+  }
+  return v1::Verdict::SEVERITY_UNSPECIFIED;
+}
+
+v1::Verdict VerdictOf(const static_check::Finding& finding) {
+  v1::Verdict v;
+  v.set_rule_id(OneLine(finding.rule_id, kMaxSnippetBytes));
+  v.set_severity(VerdictSeverityOf(finding.severity));
+  v.set_line(finding.line);
+  v.set_column(finding.line == 0 ? 0 : finding.column);
+  v.set_message(OneLine(finding.message, kMaxMessageBytes));
+  if (finding.line != 0) v.set_snippet(OneLine(finding.snippet, kMaxSnippetBytes));
+  v.set_phase(v1::PHASE_STATIC);
+  return v;
+}
+
+void AppendVerdicts(const static_check::CheckReport& report,
+                    google::protobuf::RepeatedPtrField<v1::Verdict>* verdicts) {
+  verdicts->Reserve(verdicts->size() + static_cast<int>(report.findings.size()));
+  for (const auto& f : report.findings) *verdicts->Add() = VerdictOf(f);
+}
+
+std::string RejectionMessage(const static_check::CheckReport& report) {
+  const static_check::Finding* first = nullptr;
+  size_t rejects = 0;
+  for (const auto& f : report.findings) {
+    if (f.severity != static_check::Severity::kReject) continue;
+    if (first == nullptr) first = &f;
+    ++rejects;
+  }
+  if (first == nullptr) return "";
+  std::string out = "rejected by anti-cheat rule " + first->rule_id + " at candidate.py";
+  if (first->line != 0) out += ":" + std::to_string(first->line);
+  out += ": " + first->message;
+  if (rejects > 1) out += " (+" + std::to_string(rejects - 1) + " more)";
+  return OneLine(out, 2 * kMaxMessageBytes);
+}
+
+bool ApplyStaticCheck(const static_check::CheckReport& report, v1::EvaluateResult& result) {
+  AppendVerdicts(report, result.mutable_verdicts());
+  if (!report.rejected()) return true;
+  result.set_status(v1::REJECTED);
+  const std::string message = RejectionMessage(report);
+  result.set_message(message.empty() ? "rejected by the static anti-cheat checks" : message);
+  return false;
+}
+
+}  // namespace kbox

@@ -1,0 +1,47 @@
+#pragma once
+
+// The static anti-cheat phase as the public API reports it: the checker's
+// findings become Verdicts (phase PHASE_STATIC), and a finding of severity
+// reject ends an evaluation as REJECTED before anything is compiled.
+
+#include <string>
+
+#include <google/protobuf/repeated_ptr_field.h>
+
+#include "kbox/v1/evaluation.pb.h"
+#include "policy/static_check/static_checker.h"
+
+namespace kbox {
+
+// One run of the static checker.
+struct StaticPhase {
+  static_check::CheckReport report;
+  double ms = 0;     // Wall-clock time of Check(); 0 when it did not run.
+  bool ran = false;  // False when the profile switches every rule off.
+};
+
+// Runs the checker on `input` under `profile`, unless every rule is off.
+StaticPhase RunStaticCheck(const static_check::CheckInput& input,
+                           const static_check::AnticheatProfile& profile);
+
+// A severity of the checker as the API's (kOff, which a finding never has,
+// maps to SEVERITY_UNSPECIFIED).
+v1::Verdict::Severity VerdictSeverityOf(static_check::Severity severity);
+
+// One finding as a verdict, its text made valid, bounded, one-line UTF-8.
+v1::Verdict VerdictOf(const static_check::Finding& finding);
+
+// Appends every finding of `report` to `verdicts`, in the report's order.
+void AppendVerdicts(const static_check::CheckReport& report,
+                    google::protobuf::RepeatedPtrField<v1::Verdict>* verdicts);
+
+// "rejected by anti-cheat rule R at candidate.py:LINE: MESSAGE (+N more)",
+// from the first finding of severity reject; "" when none rejects.
+std::string RejectionMessage(const static_check::CheckReport& report);
+
+// Adds the report's verdicts to `result`. When the report rejects, sets
+// status REJECTED and the rejection message and returns false: the job ends
+// here (no compile, no run). Otherwise returns true and leaves the status.
+bool ApplyStaticCheck(const static_check::CheckReport& report, v1::EvaluateResult& result);
+
+}  // namespace kbox

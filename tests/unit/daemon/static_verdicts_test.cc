@@ -1,0 +1,162 @@
+#include "daemon/static_verdicts.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "daemon/result_mapper.h"
+#include "policy/static_check/anticheat_profile.h"
+
+namespace kbox {
+namespace {
+
+using static_check::AnticheatProfile;
+using static_check::CheckReport;
+using static_check::Finding;
+using static_check::Severity;
+
+Finding MakeFinding(const std::string& rule, Severity severity, uint32_t line, uint32_t column,
+                    const std::string& snippet = "", const std::string& message = "msg") {
+  Finding f;
+  f.rule_id = rule;
+  f.severity = severity;
+  f.line = line;
+  f.column = column;
+  f.snippet = snippet;
+  f.message = message;
+  return f;
+}
+
+TEST(StaticVerdictsTest, SeverityMapping) {
+  EXPECT_EQ(VerdictSeverityOf(Severity::kInfo), v1::Verdict::INFO);
+  EXPECT_EQ(VerdictSeverityOf(Severity::kSuspicious), v1::Verdict::SUSPICIOUS);
+  EXPECT_EQ(VerdictSeverityOf(Severity::kReject), v1::Verdict::REJECT);
+  EXPECT_EQ(VerdictSeverityOf(Severity::kOff), v1::Verdict::SEVERITY_UNSPECIFIED);
+}
+
+TEST(StaticVerdictsTest, FindingBecomesStaticVerdict) {
+  const v1::Verdict v =
+      VerdictOf(MakeFinding("py.matmul-operator", Severity::kReject, 14, 16, "return a @ b",
+                            "the @ operator in forward is torch.matmul"));
+  EXPECT_EQ(v.rule_id(), "py.matmul-operator");
+  EXPECT_EQ(v.severity(), v1::Verdict::REJECT);
+  EXPECT_EQ(v.line(), 14u);
+  EXPECT_EQ(v.column(), 16u);
+  EXPECT_EQ(v.snippet(), "return a @ b");
+  EXPECT_EQ(v.message(), "the @ operator in forward is torch.matmul");
+  EXPECT_EQ(v.phase(), v1::PHASE_STATIC);
+}
+
+TEST(StaticVerdictsTest, WholeFileFindingHasNoColumnOrSnippet) {
+  const v1::Verdict v = VerdictOf(MakeFinding("kernel.none", Severity::kReject, 0, 7, "stray"));
+  EXPECT_EQ(v.line(), 0u);
+  EXPECT_EQ(v.column(), 0u);
+  EXPECT_EQ(v.snippet(), "");
+}
+
+TEST(StaticVerdictsTest, VerdictTextIsMadeSafe) {
+  const v1::Verdict v = VerdictOf(MakeFinding("py.file-io", Severity::kSuspicious, 3, 1,
+                                              "open('x')\r\n\x01\xff", "two\nlines\x1b"));
+  EXPECT_EQ(v.snippet().find_first_of("\r\n\x01"), std::string::npos) << v.snippet();
+  EXPECT_EQ(v.message().find('\n'), std::string::npos) << v.message();
+  std::string wire;
+  EXPECT_TRUE(v.SerializeToString(&wire));  // Valid UTF-8, or protobuf refuses it.
+}
+
+TEST(StaticVerdictsTest, AppendKeepsTheReportOrder) {
+  CheckReport report;
+  report.findings = {MakeFinding("kernel.none", Severity::kReject, 0, 0),
+                     MakeFinding("py.file-io", Severity::kInfo, 3, 5),
+                     MakeFinding("py.matmul-operator", Severity::kSuspicious, 9, 2)};
+  google::protobuf::RepeatedPtrField<v1::Verdict> verdicts;
+  AppendVerdicts(report, &verdicts);
+  ASSERT_EQ(verdicts.size(), 3);
+  EXPECT_EQ(verdicts[0].rule_id(), "kernel.none");
+  EXPECT_EQ(verdicts[1].line(), 3u);
+  EXPECT_EQ(verdicts[2].severity(), v1::Verdict::SUSPICIOUS);
+}
+
+TEST(StaticVerdictsTest, RejectionMessageNamesFirstRejectAndCountsTheRest) {
+  CheckReport report;
+  report.findings = {MakeFinding("py.file-io", Severity::kSuspicious, 2, 1),
+                     MakeFinding("py.matmul-operator", Severity::kReject, 14, 16, "a @ b",
+                                 "the @ operator in forward"),
+                     MakeFinding("py.tensor-method-compute", Severity::kReject, 15, 3),
+                     MakeFinding("py.network", Severity::kReject, 20, 1)};
+  EXPECT_EQ(RejectionMessage(report),
+            "rejected by anti-cheat rule py.matmul-operator at candidate.py:14: the @ operator "
+            "in forward (+2 more)");
+}
+
+TEST(StaticVerdictsTest, RejectionMessageForWholeFileAndSingleReject) {
+  CheckReport report;
+  report.findings = {MakeFinding("kernel.none", Severity::kReject, 0, 0, "", "no kernel")};
+  EXPECT_EQ(RejectionMessage(report), "rejected by anti-cheat rule kernel.none at candidate.py: no kernel");
+  report.findings[0].severity = Severity::kSuspicious;
+  EXPECT_EQ(RejectionMessage(report), "");
+}
+
+TEST(StaticVerdictsTest, RejectedJobEndsBeforeCompileAndIsNotRewardable) {
+  CheckReport report;
+  report.findings = {MakeFinding("py.file-io", Severity::kInfo, 2, 1),
+                     MakeFinding("py.matmul-operator", Severity::kReject, 14, 16, "a @ b", "m")};
+  v1::EvaluateResult r;
+  EXPECT_FALSE(ApplyStaticCheck(report, r));
+  EXPECT_EQ(r.status(), v1::REJECTED);
+  EXPECT_EQ(r.message(), "rejected by anti-cheat rule py.matmul-operator at candidate.py:14: m");
+  ASSERT_EQ(r.verdicts_size(), 2);
+  EXPECT_EQ(r.verdicts(1).severity(), v1::Verdict::REJECT);
+  FinalizeRewardable(r);
+  EXPECT_FALSE(r.rewardable());
+}
+
+TEST(StaticVerdictsTest, NonRejectVerdictsRideAlongAndKeepReward) {
+  CheckReport report;
+  report.findings = {MakeFinding("py.matmul-operator", Severity::kSuspicious, 14, 16)};
+  v1::EvaluateResult r;
+  EXPECT_TRUE(ApplyStaticCheck(report, r));
+  EXPECT_EQ(r.status(), v1::STATUS_UNSPECIFIED);  // The run decides.
+  ASSERT_EQ(r.verdicts_size(), 1);
+  // ... and the run stage says CORRECT.
+  r.set_status(v1::CORRECT);
+  FinalizeRewardable(r);
+  EXPECT_TRUE(r.rewardable());
+}
+
+TEST(StaticVerdictsTest, RejectVerdictAlwaysRemovesReward) {
+  CheckReport report;
+  report.findings = {MakeFinding("py.matmul-operator", Severity::kReject, 14, 16)};
+  v1::EvaluateResult r;
+  ApplyStaticCheck(report, r);
+  r.set_status(v1::CORRECT);  // Whatever else sets the status, a REJECT verdict stays.
+  FinalizeRewardable(r);
+  EXPECT_FALSE(r.rewardable());
+}
+
+TEST(StaticVerdictsTest, AllOffProfileDoesNotRunTheChecker) {
+  const std::string source = "import os\nos.system('x')\n";
+  static_check::CheckInput input;
+  input.candidate_source = source;
+  const StaticPhase phase = RunStaticCheck(input, AnticheatProfile::Uniform("off", Severity::kOff));
+  EXPECT_FALSE(phase.ran);
+  EXPECT_EQ(phase.ms, 0.0);
+  EXPECT_TRUE(phase.report.findings.empty());
+}
+
+TEST(StaticVerdictsTest, CheckerRunsUnderAProfile) {
+  const std::string source = "class ModelNew:\n    def forward(self, a, b):\n        return a @ b\n";
+  static_check::CheckInput input;
+  input.candidate_source = source;
+  const StaticPhase phase =
+      RunStaticCheck(input, AnticheatProfile::Uniform("strict", Severity::kReject));
+  EXPECT_TRUE(phase.ran);
+  EXPECT_GE(phase.ms, 0.0);
+  EXPECT_TRUE(phase.report.rejected());
+  v1::EvaluateResult r;
+  EXPECT_FALSE(ApplyStaticCheck(phase.report, r));
+  EXPECT_EQ(r.status(), v1::REJECTED);
+  for (const auto& v : r.verdicts()) EXPECT_EQ(v.phase(), v1::PHASE_STATIC);
+}
+
+}  // namespace
+}  // namespace kbox
