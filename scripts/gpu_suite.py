@@ -2,8 +2,9 @@
 """The GPU verification suite: starts kboxd on this machine's GPU and runs
 every GPU case through it, printing one line per case.
 
-Cases: the five KernelBench few-shot pairs (cuda), every honest CUDA case of
-the shared corpus (its expect.json decides), the bundled CUDA example, a
+Cases: the five KernelBench few-shot pairs (cuda; mnist2, which keeps its conv
+and linear layers in PyTorch, under the lenient anti-cheat profile), every
+CUDA case of the shared corpus (its expect.json decides), the bundled CUDA example, a
 Triton candidate for the `add` problem, a candidate with an nvcc error, and a
 kernel with an out-of-bounds write and one that never ends, each followed by
 an honest job on the same GPU. kboxd runs with its full sandbox.
@@ -54,11 +55,12 @@ def evaluate(server, reference, candidate, backend, **extra):
 def describe(result):
     d = result.get("durations", {})
     speed = result.get("speedup", 0)
-    return "%s rewardable=%s speedup=%s compile=%.1fs queue=%.1fs run=%.1fs | %s" % (
+    rejects = sorted({v["rule_id"] for v in result.get("verdicts", []) if v.get("severity") == "REJECT"})
+    return "%s rewardable=%s speedup=%s static=%.2fms compile=%.1fs queue=%.1fs run=%.1fs%s | %s" % (
         result.get("status"), str(result.get("rewardable")).lower(),
-        ("%.2fx" % speed) if speed else "-", d.get("compile_ms", 0) / 1000,
+        ("%.2fx" % speed) if speed else "-", d.get("static_ms", 0), d.get("compile_ms", 0) / 1000,
         d.get("queue_wait_ms", 0) / 1000, d.get("run_ms", 0) / 1000,
-        result.get("message", "")[:120])
+        (" rejects=" + ",".join(rejects)) if rejects else "", result.get("message", "")[:100])
 
 
 def expect_correct(result):
@@ -88,22 +90,22 @@ def build_cases(shared):
     add_ref = os.path.join(few, "model_ex_add.py")
     cases = []
     for name in FEW_SHOT:
+        # mnist2 replaces only max-pool; strict rejects its PyTorch conv/linear layers.
+        extra = {"anticheat_profile": "lenient"} if name == "mnist2" else {}
         cases.append(("few_shot/" + name, os.path.join(few, "model_ex_%s.py" % name),
-                      os.path.join(few, "model_new_ex_%s.py" % name), "cuda", expect_correct))
-    # Honest CUDA cases only until the anti-cheat checks exist (issues 4 and 5);
-    # the reward hacks in corpus/reward-hacks join the suite with them.
-    for case_dir in sorted(glob.glob(os.path.join(shared, "corpus", "legit", "*_cuda"))):
+                      os.path.join(few, "model_new_ex_%s.py" % name), "cuda", expect_correct, extra))
+    for case_dir in sorted(glob.glob(os.path.join(shared, "corpus", "*", "*_cuda"))):
         with open(os.path.join(case_dir, "expect.json")) as f:
             expected = json.load(f)["rewardable"]
         cases.append(("corpus/" + os.path.basename(case_dir), os.path.join(case_dir, "reference.py"),
-                      os.path.join(case_dir, "candidate.py"), "cuda", expect_rewardable(expected)))
+                      os.path.join(case_dir, "candidate.py"), "cuda", expect_rewardable(expected), {}))
     examples = os.path.join(REPO, "docs", "examples")
     cases.append(("example/bias_relu_cuda", os.path.join(examples, "bias_relu", "reference.py"),
-                  os.path.join(examples, "bias_relu_cuda", "candidate.py"), "cuda", expect_correct))
+                  os.path.join(examples, "bias_relu_cuda", "candidate.py"), "cuda", expect_correct, {}))
     cases.append(("triton_add", add_ref, os.path.join(GPU_CASES, "triton_add", "candidate.py"),
-                  "triton", expect_correct))
+                  "triton", expect_correct, {}))
     cases.append(("nvcc_error", add_ref, os.path.join(GPU_CASES, "nvcc_error", "candidate.py"),
-                  "cuda", expect_nvcc_error))
+                  "cuda", expect_nvcc_error, {}))
     return cases, add_ref, os.path.join(few, "model_new_ex_add.py")
 
 
@@ -133,8 +135,8 @@ def main():
 
     try:
         with concurrent.futures.ThreadPoolExecutor(max_workers=len(cases) + 1) as pool:
-            futures = {pool.submit(evaluate, server, ref, cand, backend): (name, backend, check)
-                       for name, ref, cand, backend, check in cases}
+            futures = {pool.submit(evaluate, server, ref, cand, backend, **extra): (name, backend, check)
+                       for name, ref, cand, backend, check, extra in cases}
             for future in concurrent.futures.as_completed(futures):
                 name, backend, check = futures[future]
                 try:
