@@ -181,6 +181,11 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
   StageOutcome ran = runner_.Run(*ws, MakeSpec(*ws, settings, v1::STAGE_RUN), placement);
   durations->set_run_ms(ran.process.wall_ms);
   ApplyRunStage(ran, result);
+  if (ran.report) {
+    const static_check::CheckReport graded = GradeRunFindings(ran.report->verdicts(), anticheat);
+    metrics_.RecordVerdicts(graded);
+    ApplyRunFindings(graded, result);
+  }
   output += ran.process.output_tail;
   result.set_output_tail(output);
 }

@@ -79,6 +79,10 @@ void Metrics::RecordJob(const v1::EvaluateResult& result) {
 
 void Metrics::RecordStaticCheck(const static_check::CheckReport& report, double seconds) {
   static_check_seconds_.Observe(seconds);
+  RecordVerdicts(report);
+}
+
+void Metrics::RecordVerdicts(const static_check::CheckReport& report) {
   for (const auto& f : report.findings) {
     if (f.severity == static_check::Severity::kOff) continue;  // Never reported.
     // The label comes from the catalogue, never from the finding's text.

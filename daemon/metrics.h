@@ -27,6 +27,8 @@ class Metrics {
   // Counts the findings of one run of the static checker (POST /v1/evaluate
   // and /v1/check alike) by rule and severity, and observes how long it took.
   void RecordStaticCheck(const static_check::CheckReport& report, double seconds);
+  // Counts verdicts by rule and severity (the run stage's, graded).
+  void RecordVerdicts(const static_check::CheckReport& report);
   // Counts an HTTP response by its status code class ("2xx", "4xx", ...).
   void RecordResponse(unsigned status_code);
   // 1 while kboxd runs candidates without the sandbox.

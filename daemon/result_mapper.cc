@@ -270,6 +270,12 @@ void ApplyRunStage(const StageOutcome& s, EvaluateResult& r) {
     *r.mutable_reference_timing() = rep.reference_timing();
     const double cand = rep.candidate_timing().median_ms();
     if (cand > 0) r.set_speedup(rep.reference_timing().median_ms() / cand);
+    const v1::Timing& ct = rep.candidate_timing();
+    const v1::Timing& rt = rep.reference_timing();
+    if (ct.median_ci_high_ms() > 0 && ct.median_ci_low_ms() > 0) {
+      r.set_speedup_ci_low(rt.median_ci_low_ms() / ct.median_ci_high_ms());
+      r.set_speedup_ci_high(rt.median_ci_high_ms() / ct.median_ci_low_ms());
+    }
   }
 }
 

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "daemon/result_mapper.h"
+#include "policy/static_check/rule_catalog.h"
 
 namespace kbox {
 namespace {
@@ -44,7 +45,7 @@ v1::Verdict::Severity VerdictSeverityOf(static_check::Severity severity) {
   return v1::Verdict::SEVERITY_UNSPECIFIED;
 }
 
-v1::Verdict VerdictOf(const static_check::Finding& finding) {
+v1::Verdict VerdictOf(const static_check::Finding& finding, v1::Phase phase) {
   v1::Verdict v;
   v.set_rule_id(OneLine(finding.rule_id, kMaxSnippetBytes));
   v.set_severity(VerdictSeverityOf(finding.severity));
@@ -52,7 +53,7 @@ v1::Verdict VerdictOf(const static_check::Finding& finding) {
   v.set_column(finding.line == 0 ? 0 : finding.column);
   v.set_message(OneLine(finding.message, kMaxMessageBytes));
   if (finding.line != 0) v.set_snippet(OneLine(finding.snippet, kMaxSnippetBytes));
-  v.set_phase(v1::PHASE_STATIC);
+  v.set_phase(phase);
   return v;
 }
 
@@ -85,6 +86,35 @@ bool ApplyStaticCheck(const static_check::CheckReport& report, v1::EvaluateResul
   const std::string message = RejectionMessage(report);
   result.set_message(message.empty() ? "rejected by the static anti-cheat checks" : message);
   return false;
+}
+
+static_check::CheckReport GradeRunFindings(const google::protobuf::RepeatedPtrField<v1::Verdict>& reported,
+                                           const static_check::AnticheatProfile& profile) {
+  static_check::CheckReport graded;
+  for (const v1::Verdict& v : reported) {
+    const static_check::RuleInfo* rule = static_check::FindRule(v.rule_id());
+    if (rule == nullptr || !rule->id.starts_with("run.")) continue;
+    const static_check::Severity severity = profile.severity(rule->id);
+    if (severity == static_check::Severity::kOff) continue;
+    if (graded.findings.size() >= static_check::kMaxFindings) {
+      graded.truncated = true;
+      break;
+    }
+    graded.findings.push_back(
+        static_check::Finding{std::string(rule->id), severity, 0, 0, "", OneLine(v.message(), kMaxMessageBytes)});
+  }
+  return graded;
+}
+
+void ApplyRunFindings(const static_check::CheckReport& graded, v1::EvaluateResult& result) {
+  for (const auto& f : graded.findings) *result.add_verdicts() = VerdictOf(f, v1::PHASE_RUN);
+  if (!graded.rejected()) return;
+  if (result.status() != v1::CORRECT && result.status() != v1::INCORRECT) return;
+  result.set_status(v1::REJECTED);
+  std::string message = RejectionMessage(graded);
+  const std::string at = " at candidate.py";
+  if (auto pos = message.find(at); pos != std::string::npos) message.replace(pos, at.size(), " while running");
+  result.set_message(message);
 }
 
 }  // namespace kbox

@@ -28,8 +28,8 @@ StaticPhase RunStaticCheck(const static_check::CheckInput& input,
 // maps to SEVERITY_UNSPECIFIED).
 v1::Verdict::Severity VerdictSeverityOf(static_check::Severity severity);
 
-// One finding as a verdict, its text made valid, bounded, one-line UTF-8.
-v1::Verdict VerdictOf(const static_check::Finding& finding);
+// One finding as a verdict of `phase`, its text made valid, bounded, one-line UTF-8.
+v1::Verdict VerdictOf(const static_check::Finding& finding, v1::Phase phase = v1::PHASE_STATIC);
 
 // Appends every finding of `report` to `verdicts`, in the report's order.
 void AppendVerdicts(const static_check::CheckReport& report,
@@ -43,5 +43,17 @@ std::string RejectionMessage(const static_check::CheckReport& report);
 // status REJECTED and the rejection message and returns false: the job ends
 // here (no compile, no run). Otherwise returns true and leaves the status.
 bool ApplyStaticCheck(const static_check::CheckReport& report, v1::EvaluateResult& result);
+
+// The run stage's dynamic findings (run.* rules) graded by the request's
+// profile: unknown or non-run rule ids (the harness shares its process with
+// the candidate, which could write them) and rules the profile switches off
+// are dropped.
+static_check::CheckReport GradeRunFindings(const google::protobuf::RepeatedPtrField<v1::Verdict>& reported,
+                                           const static_check::AnticheatProfile& profile);
+
+// Adds graded run findings to `result` (phase PHASE_RUN). A reject turns a
+// CORRECT or INCORRECT outcome into REJECTED, naming the rule; a crash or a
+// timeout stays what it was.
+void ApplyRunFindings(const static_check::CheckReport& graded, v1::EvaluateResult& result);
 
 }  // namespace kbox

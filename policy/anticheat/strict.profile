@@ -39,3 +39,11 @@ py.tensor-subclass             reject     # a tensor subclass can defer or fake 
 py.try-fallback                reject     # an except branch can fall back to PyTorch (H3)
 py.unparseable                 reject     # what kbox cannot read it cannot vouch for
 py.unresolved-extension-source reject     # C++ kbox cannot read cannot be checked
+run.degenerate-problem         info       # reported: the candidate was judged at the tightened tolerance
+run.harness-tampering          reject     # patched timers and comparisons (H12); kbox measures with its own copies anyway
+run.input-mutation             reject     # zeroed or rewritten inputs fool a checker that runs the reference after (H6)
+run.library-compute            reject     # the op trace sees passthrough the text hides, C++ ATen calls included (H1)
+run.nondeterministic           reject     # races and reads of uninitialised memory that pass by luck (H19)
+run.output-contract            reject     # lazy tensors, subclasses and aliased outputs lie to the comparison (H9)
+run.thread-started             reject     # a thread can finish the work after the clock stops (H8)
+run.timed-output-mismatch      reject     # timed calls that skip or replay work (H10, H11)

@@ -6,7 +6,9 @@
 namespace kbox::static_check {
 namespace {
 
-// Keep sorted by id (a test checks); docs/anticheat.md explains each.
+// Keep sorted by id (a test checks); docs/anticheat.md explains each. The
+// py.*, cpp.* and kernel.* rules are static (kboxd, before compiling); run.*
+// are the run stage's dynamic checks, graded by the same profiles.
 constexpr std::array kRules{
     RuleInfo{"cpp.aten-compute", "H1",
              "an ATen/torch compute op (at::matmul, torch::softmax, x.mm(y)) inside the extension"},
@@ -78,6 +80,22 @@ constexpr std::array kRules{
              "kbox could not tokenize or parse the candidate, so it cannot vouch for it"},
     RuleInfo{"py.unresolved-extension-source", "H1",
              "a load_inline source kbox cannot resolve to literal text, so it cannot be checked"},
+    RuleInfo{"run.degenerate-problem", "H16",
+             "trivial outputs (zeros, a constant, the mean) pass this problem's tolerance, so it was tightened"},
+    RuleInfo{"run.harness-tampering", "H12",
+             "the candidate replaced a timer, synchronisation or comparison function the evaluator uses"},
+    RuleInfo{"run.input-mutation", "H6",
+             "the candidate changed its inputs where the reference does not"},
+    RuleInfo{"run.library-compute", "H1",
+             "the ATen trace of forward shows library compute ops (mm, convolution, softmax, ...)"},
+    RuleInfo{"run.nondeterministic", "H19",
+             "the same input twice gave different outputs"},
+    RuleInfo{"run.output-contract", "H9",
+             "the output is not a plain torch.Tensor of the reference's dtype, shape and device, or aliases an input"},
+    RuleInfo{"run.thread-started", "H8",
+             "forward left a thread running after it returned"},
+    RuleInfo{"run.timed-output-mismatch", "H11",
+             "an output of a timed call differs from the reference: the timed calls skipped or replayed work"},
 };
 
 }  // namespace

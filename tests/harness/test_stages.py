@@ -191,8 +191,11 @@ def test_honest_run_ok_with_timings(honest_job):
     assert len({t["seed"] for t in trials}) == 3
     for key in ("reference_timing", "candidate_timing"):
         timing = report[key]
-        assert timing["count"] == 5 and timing["method"] == "perf_counter"
+        # Adaptive: at least performance_trials calls, at most ten times that.
+        assert 5 <= timing["count"] <= 50 and timing["method"] == "perf_counter"
         assert 0 < timing["min_ms"] <= timing["median_ms"] <= timing["max_ms"]
+        assert timing["median_ci_low_ms"] <= timing["median_ms"] <= timing["median_ci_high_ms"]
+    assert "verdicts" not in report  # An honest candidate gives the dynamic checks nothing.
     assert set(report["phase_ms"]) >= {"import_reference", "import_candidate", "build_models",
                                        "correctness", "timing"}
     assert report["fingerprint"]["device_name"] == "cpu"
@@ -343,7 +346,7 @@ def test_honest_run_ok_under_strict_filter(honest_job, no_spawn_bpf):
     result = job.run("STAGE_RUN", strict_seccomp_bpf=no_spawn_bpf, ptxas_path=fake_ptxas)
     report = _check(result, "OK")
     assert report["message"] == "correct on 3 trials"
-    assert report["candidate_timing"]["count"] == 5
+    assert 5 <= report["candidate_timing"]["count"] <= 50
     assert {"strict_filter", "tool_broker"} <= set(report["phase_ms"])
     # The filter goes in under HARNESS, after the reference and before the candidate.
     assert result.parties[:4] == ["HARNESS", "REFERENCE", "HARNESS", "CANDIDATE"]

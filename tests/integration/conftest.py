@@ -252,7 +252,7 @@ def job_table():
         measure_performance=False)
     add("static_override", matmul_ref, cand("cand_matmul_operator.py"),
         measure_performance=False, seed=HONEST_SEED,
-        anticheat_overrides={"py.matmul-operator": "suspicious"})
+        anticheat_overrides={"py.matmul-operator": "suspicious", "run.library-compute": "suspicious"})
     for case in it.corpus_cpu_cases():
         d = os.path.join(it.corpus_legit_dir(), case)
         add("corpus:" + case, it.read(os.path.join(d, "reference.py")),
@@ -264,6 +264,12 @@ def job_table():
         d = os.path.join(it.shared_dir(), "corpus", "reward-hacks", case)
         add("hack:" + case, it.read(os.path.join(d, "reference.py")),
             it.read(os.path.join(d, "candidate.py")), measure_performance=False)
+    # A timer patch with the static rules that see it switched off: the run
+    # stage's dynamic checks must catch it (tests/integration/test_dynamic_checks.py).
+    d = os.path.join(it.shared_dir(), "corpus", "reward-hacks", "h12_perf_counter_patch_cpu")
+    add("dynamic_timer_patch", it.read(os.path.join(d, "reference.py")),
+        it.read(os.path.join(d, "candidate.py")),
+        anticheat_overrides={"py.patch-library": "off", "py.cross-call-cache": "off"})
     # Sandbox escapes and resource abuse (tests/integration/test_escapes.py).
     # These jobs exist to prove the SANDBOX holds: the static anti-cheat checks
     # would reject most of them before they ran, so they run with the checks
@@ -346,7 +352,7 @@ def jobs(daemon, escape_traps):
 # Tests that do not wait for a job run first, while the jobs compile (so they
 # also check that kboxd answers under load); /metrics runs after everything.
 _MODULE_ORDER = {"test_http_errors": 0, "test_cli": 1, "test_static_check": 1, "test_evaluate": 2,
-                 "test_corpus": 3, "test_metrics": 9}
+                 "test_corpus": 3, "test_dynamic_checks": 3, "test_metrics": 9}
 
 
 def pytest_collection_modifyitems(session, config, items):

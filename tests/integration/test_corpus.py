@@ -30,12 +30,9 @@ def test_legit_cpu_case(jobs, case):
 
 HACKS = it.corpus_reward_hack_cases()
 
-# Cheats no text shows, that the run stage must catch (issue 5: trusted
-# judging). Until it does they are expected to fail, strictly: an unexpected
-# pass means this list is stale.
-RUN_STAGE_ONLY = {
-    "h16_constant_wide_softmax_cpu": "degenerate output that passes the absolute tolerance",
-}
+# Cheats no check catches yet, expected to fail strictly (an unexpected pass
+# means the list is stale). Empty: every CPU case gets its expected verdict.
+RUN_STAGE_ONLY = {}
 
 
 def test_reward_hack_corpus_found():
@@ -55,7 +52,11 @@ def test_reward_hack_cpu_case(jobs, case, request):
         assert r["status"] == "CORRECT", describe(r)
         assert not [v for v in r.get("verdicts", []) if v["severity"] == "REJECT"], describe(r)
     elif r["status"] == "REJECTED":
-        # Rejected before compiling: no build was spent on it.
-        assert r["durations"].get("compile_ms", 0) == 0, describe(r)
-        assert any(v["severity"] == "REJECT" and v.get("phase") == "PHASE_STATIC"
-                   for v in r["verdicts"]), describe(r)
+        rejects = [v for v in r["verdicts"] if v["severity"] == "REJECT"]
+        if any(v.get("phase") == "PHASE_STATIC" for v in rejects):
+            # Rejected before compiling: no build was spent on it.
+            assert r["durations"].get("compile_ms", 0) == 0, describe(r)
+        else:
+            # Caught while running by a dynamic check.
+            assert all(v.get("phase") == "PHASE_RUN" and v["rule_id"].startswith("run.")
+                       for v in rejects), describe(r)

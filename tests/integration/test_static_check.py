@@ -273,6 +273,10 @@ def test_evaluate_override_downgrades_and_rides_along(jobs):
     matmul = [v for v in r["verdicts"] if v["rule_id"] == "py.matmul-operator"]
     assert [v["severity"] for v in matmul] == ["SUSPICIOUS"], describe(r)
     assert matmul[0]["line"] == matmul_line()
+    # The run stage's op trace sees the same matmul (aten mm), overridden too.
+    traced = [v for v in r["verdicts"] if v["rule_id"] == "run.library-compute"]
+    assert [(v["severity"], v["phase"]) for v in traced] == [("SUSPICIOUS", "PHASE_RUN")], describe(r)
+    assert "mm" in traced[0]["message"]
     assert all(v["severity"] != "REJECT" for v in r["verdicts"]), describe(r)
     assert r["settings"]["anticheat_profile"] == "strict"
 

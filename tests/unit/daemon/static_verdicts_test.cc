@@ -158,5 +158,75 @@ TEST(StaticVerdictsTest, CheckerRunsUnderAProfile) {
   for (const auto& v : r.verdicts()) EXPECT_EQ(v.phase(), v1::PHASE_STATIC);
 }
 
+google::protobuf::RepeatedPtrField<v1::Verdict> Reported(
+    std::initializer_list<std::pair<const char*, const char*>> items) {
+  google::protobuf::RepeatedPtrField<v1::Verdict> out;
+  for (const auto& [rule, message] : items) {
+    v1::Verdict* v = out.Add();
+    v->set_rule_id(rule);
+    v->set_message(message);
+    v->set_phase(v1::PHASE_RUN);
+  }
+  return out;
+}
+
+TEST(RunVerdictsTest, ProfileGradesRunFindingsAndDropsAnythingElse) {
+  auto profile = AnticheatProfile::Uniform("t", Severity::kReject)
+                     .WithOverrides({{"run.degenerate-problem", Severity::kInfo},
+                                     {"run.thread-started", Severity::kOff}})
+                     .value();
+  // The harness shares its process with the candidate: only run.* ids of the
+  // catalogue are believed, never a static id or an invented one.
+  const CheckReport graded = GradeRunFindings(
+      Reported({{"run.degenerate-problem", "zeros would pass"},
+                {"run.thread-started", "a thread"},
+                {"py.matmul-operator", "forged static verdict"},
+                {"run.no-such-rule", "invented"},
+                {"run.input-mutation", "changed its inputs"}}),
+      profile);
+  ASSERT_EQ(graded.findings.size(), 2u);
+  EXPECT_EQ(graded.findings[0].rule_id, "run.degenerate-problem");
+  EXPECT_EQ(graded.findings[0].severity, Severity::kInfo);
+  EXPECT_EQ(graded.findings[1].rule_id, "run.input-mutation");
+  EXPECT_EQ(graded.findings[1].severity, Severity::kReject);
+}
+
+TEST(RunVerdictsTest, RejectTurnsACorrectRunIntoRejected) {
+  auto profile = AnticheatProfile::Uniform("t", Severity::kReject);
+  v1::EvaluateResult r;
+  r.set_status(v1::CORRECT);
+  r.set_message("correct on 5 trials");
+  ApplyRunFindings(GradeRunFindings(Reported({{"run.harness-tampering", "candidate replaced time.perf_counter"}}),
+                                    profile),
+                   r);
+  EXPECT_EQ(r.status(), v1::REJECTED);
+  EXPECT_EQ(r.message(), "rejected by anti-cheat rule run.harness-tampering while running: candidate replaced "
+                         "time.perf_counter");
+  ASSERT_EQ(r.verdicts_size(), 1);
+  EXPECT_EQ(r.verdicts(0).phase(), v1::PHASE_RUN);
+  EXPECT_EQ(r.verdicts(0).severity(), v1::Verdict::REJECT);
+  FinalizeRewardable(r);
+  EXPECT_FALSE(r.rewardable());
+}
+
+TEST(RunVerdictsTest, CrashOrTimeoutKeepsItsStatus) {
+  auto profile = AnticheatProfile::Uniform("t", Severity::kReject);
+  v1::EvaluateResult r;
+  r.set_status(v1::TIMEOUT);
+  ApplyRunFindings(GradeRunFindings(Reported({{"run.thread-started", "a thread"}}), profile), r);
+  EXPECT_EQ(r.status(), v1::TIMEOUT);
+  EXPECT_EQ(r.verdicts_size(), 1);
+}
+
+TEST(RunVerdictsTest, InfoFindingKeepsACorrectResultRewardable) {
+  auto profile = AnticheatProfile::Uniform("t", Severity::kInfo);
+  v1::EvaluateResult r;
+  r.set_status(v1::CORRECT);
+  ApplyRunFindings(GradeRunFindings(Reported({{"run.degenerate-problem", "zeros would pass"}}), profile), r);
+  EXPECT_EQ(r.status(), v1::CORRECT);
+  FinalizeRewardable(r);
+  EXPECT_TRUE(r.rewardable());
+}
+
 }  // namespace
 }  // namespace kbox

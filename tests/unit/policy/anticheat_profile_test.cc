@@ -17,7 +17,7 @@ namespace {
 
 const std::filesystem::path kDir = KBOX_ANTICHEAT_PROFILE_DIR;
 
-TEST(AnticheatProfileTest, StrictNamesEveryRuleAndRejectsAllButWorkspaceState) {
+TEST(AnticheatProfileTest, StrictNamesEveryRuleAndRejectsAllButWorkspaceStateAndDegenerateProblems) {
   std::ifstream in(kDir / "strict.profile");
   std::stringstream text;
   text << in.rdbuf();
@@ -27,7 +27,9 @@ TEST(AnticheatProfileTest, StrictNamesEveryRuleAndRejectsAllButWorkspaceState) {
   auto strict = AnticheatProfile::Load(kDir, "strict");
   ASSERT_TRUE(strict) << strict.error().field << ": " << strict.error().message;
   for (const RuleInfo& r : RuleCatalog()) {
-    const Severity expected = r.id == "py.forward-stores-state" ? Severity::kSuspicious : Severity::kReject;
+    const Severity expected = r.id == "py.forward-stores-state"  ? Severity::kSuspicious
+                              : r.id == "run.degenerate-problem" ? Severity::kInfo
+                                                                 : Severity::kReject;
     EXPECT_EQ(strict->severity(r.id), expected) << r.id;
   }
   EXPECT_FALSE(strict->all_off());
@@ -118,7 +120,9 @@ TEST(RuleCatalogTest, IdsAreSortedUniqueAndFindable) {
   for (const RuleInfo& r : rules) {
     EXPECT_EQ(FindRule(r.id), &r);
     EXPECT_FALSE(r.summary.empty());
-    EXPECT_TRUE(r.id.starts_with("py.") || r.id.starts_with("cpp.") || r.id.starts_with("kernel.")) << r.id;
+    EXPECT_TRUE(r.id.starts_with("py.") || r.id.starts_with("cpp.") || r.id.starts_with("kernel.") ||
+                r.id.starts_with("run."))
+        << r.id;
   }
   EXPECT_EQ(FindRule("py.nope"), nullptr);
 }

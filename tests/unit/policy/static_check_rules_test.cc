@@ -1885,11 +1885,14 @@ TEST(StaticCheckRulesCoverageTest, EveryRuleHasAFiringAndAQuietCase) {
     EXPECT_NE(FindRule(c.rule), nullptr) << "quiet case names unknown rule " << c.rule;
     quiet.insert(c.rule);
   }
+  size_t static_rules = 0;
   for (const RuleInfo& rule : RuleCatalog()) {
+    if (rule.id.starts_with("run.")) continue;  // The run stage's; tests/harness covers them.
+    ++static_rules;
     EXPECT_TRUE(fires.contains(rule.id)) << rule.id << " has no case where it fires";
     EXPECT_TRUE(quiet.contains(rule.id)) << rule.id << " has no honest look-alike";
   }
-  EXPECT_EQ(RuleCatalog().size(), 38u);
+  EXPECT_EQ(static_rules, 38u);
 }
 
 // ---- what a finding says ----------------------------------------------------------

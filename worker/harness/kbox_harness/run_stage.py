@@ -5,11 +5,29 @@ import random
 
 import torch
 
-from . import (candidate_import, compare, errors, extension_hook, fingerprint, modules,
-               sanitize, strict_filter, timing)
+from . import (candidate_import, compare, dynamic_checks, errors, extension_hook, fingerprint,
+               modules, sanitize, strict_filter, timing)
 from .protocol import CANDIDATE, HARNESS, REFERENCE
 
 _DTYPES = {"PRECISION_FP16": torch.float16, "PRECISION_BF16": torch.bfloat16}
+
+# Seeding functions as they were before any client code loaded: a candidate
+# that replaced torch.manual_seed at import must not choose the reference's
+# weights (the guard does not watch it: PyTorch 2 rewraps it itself).
+_manual_seed = torch.manual_seed
+_cuda_manual_seed_all = torch.cuda.manual_seed_all
+_random_seed = random.seed
+
+# Harness modules whose functions the guard watches (besides torch and time).
+_GUARDED_MODULES = (compare, dynamic_checks, errors, modules, sanitize, timing)
+
+# Timing stops once both medians are known to 1 % (95 % confidence) after at
+# least performance_trials calls each, or at this budget, or at
+# _MAX_CALLS_FACTOR * performance_trials calls.
+_TIMING_BUDGET_MS = 10000.0
+_MAX_CALLS_FACTOR = 10
+_TIMING_POOL = 4          # distinct input sets drawn for timing
+_SPOT_CHECK_SHARE = 0.25  # timed outputs compared with the reference's
 
 
 class ClientFailed(Exception):
@@ -42,10 +60,15 @@ class RunStage(object):
         self.trials = []
         self.report = {"phase_ms": self.phase_ms}
         self.broker = None
+        self.findings = dynamic_checks.Findings()
+        self.guard = None
+        self.rng = random.SystemRandom()
 
     # -- running client code ------------------------------------------------
     def call(self, party, fn, *args):
-        """Runs fn under `party`; any exception becomes ClientFailed(party)."""
+        """Runs fn under `party`; any exception becomes ClientFailed(party).
+        Afterwards every function the evaluator relies on is put back if
+        client code replaced it; when the candidate did, that is a finding."""
         self.pipe.enter(party)
         try:
             return fn(*args)
@@ -53,12 +76,22 @@ class RunStage(object):
             raise
         except BaseException as e:
             raise ClientFailed(party, e)
+        finally:
+            self._check_guard(party)
+
+    def _check_guard(self, party):
+        if self.guard is None:
+            return
+        replaced = self.guard.check()
+        if replaced and party == CANDIDATE:
+            self.findings.add("run.harness-tampering",
+                              "candidate replaced %s" % ", ".join(replaced[:6]))
 
     def seed_all(self, seed):
-        torch.manual_seed(seed)
-        random.seed(seed)
+        _manual_seed(seed)
+        _random_seed(seed)
         if self.device.type == "cuda":
-            torch.cuda.manual_seed_all(seed)
+            _cuda_manual_seed_all(seed)
         try:
             import numpy
             numpy.random.seed(seed % (1 << 32))
@@ -106,6 +139,8 @@ class RunStage(object):
     # -- the stage ----------------------------------------------------------
     def run(self):
         self.pipe.enter(HARNESS)
+        # Taken before any client code (the reference's included) has run.
+        self.guard = dynamic_checks.Guard(_GUARDED_MODULES)
         if self.spec.ptxas_path:
             # Forked first: before CUDA exists in this process and before any
             # client code could tamper with what the broker inherits.
@@ -129,6 +164,9 @@ class RunStage(object):
             pass
         if self.trials:
             self.report["trials"] = self.trials
+        verdicts = self.findings.verdicts()
+        if verdicts:
+            self.report["verdicts"] = verdicts
         return self.report
 
     def _timed(self, name, t0):
@@ -180,6 +218,7 @@ class RunStage(object):
             self._timed("strict_filter", t0)
 
         ModelNew = self._import_candidate()
+        self._check_guard(CANDIDATE)  # Import-time patches (timers, comparisons).
 
         t0 = timing.now_ms()
         init = self.call(REFERENCE, lambda: (self.seed_all(spec.seed), list(get_init_inputs()))[1])
@@ -189,16 +228,16 @@ class RunStage(object):
         self._timed("build_models", t0)
 
         t0 = timing.now_ms()
+        first = None  # (inputs, candidate output, atol) of trial 0
         try:
             for i in range(spec.correctness_trials):
                 seed = trial_seed(spec.seed, i)
                 inputs = self.inputs(seed, get_inputs)
-                ref_in, cand_in = self.clone(inputs), self.clone(inputs)
-                ref_out = self.call(REFERENCE, self.forward, ref_model, ref_in)
-                cand_out = self.call(CANDIDATE, self.forward, cand_model, cand_in)
-                self.pipe.enter(HARNESS)
-                self.trials.append(dict(self._compare(ref_out, cand_out), seed=seed))
-                del ref_out, cand_out, ref_in, cand_in
+                result, cand_out, atol = self._trial(ref_model, cand_model, inputs)
+                self.trials.append(dict(result, seed=seed))
+                if i == 0 and result["passed"]:
+                    first = (inputs, cand_out, atol)
+                del cand_out
         finally:
             self._timed("correctness", t0)
 
@@ -213,6 +252,10 @@ class RunStage(object):
             self.report.update(outcome="INCORRECT", message=errors.one_line(message))
             return
 
+        if first is not None:
+            t0 = timing.now_ms()
+            self._second_looks(cand_model, *first)
+            self._timed("dynamic_checks", t0)
         if spec.measure_performance and spec.performance_trials > 0:
             t0 = timing.now_ms()
             try:
@@ -221,9 +264,84 @@ class RunStage(object):
                 self._timed("timing", t0)
         self.report.update(outcome="OK", message="correct on %d trials" % len(self.trials))
 
-    def _compare(self, ref_out, cand_out):
+    # -- one correctness trial ------------------------------------------------
+    def _keep(self, inputs, model):
+        """Tensors the reference's output may legitimately share storage with."""
+        keep = list(dynamic_checks._tensors(inputs))
+        if isinstance(model, torch.nn.Module):
+            keep += list(model.parameters()) + list(model.buffers())
+        return keep
+
+    def _reference_output(self, ref_model, ref_in, fn=None):
+        """Runs the reference, keeps a copy of its output, and poisons the
+        original so no later allocation can hand it to the candidate."""
+        out = self.call(REFERENCE, fn or self.forward, ref_model, ref_in)
+        self.pipe.enter(HARNESS)
+        saved = self.clone(out)
+        dynamic_checks.poison(out, self._keep(ref_in, ref_model))
+        del out
+        return saved
+
+    def _tolerance(self, ref_out):
+        """The request's atol, tightened when a trivial output would pass."""
+        found = dynamic_checks.degenerate(ref_out, self.spec.atol, self.spec.rtol)
+        if found is None:
+            return self.spec.atol
+        name, tight = found
+        self.findings.add("run.degenerate-problem",
+                          "%s would pass atol=%g on this problem; judged at atol=%g"
+                          % (name, self.spec.atol, tight))
+        return tight
+
+    def _trial(self, ref_model, cand_model, inputs):
+        """(TrialResult fields, candidate output, atol used) of one trial."""
+        ref_in, cand_in = self.clone(inputs), self.clone(inputs)
+        ref_out = self._reference_output(ref_model, ref_in)
+        ref_kept = dynamic_checks.same_values(ref_in, inputs)
+        threads = dynamic_checks.thread_snapshot()
+        cand_out = self.call(CANDIDATE, self.forward, cand_model, cand_in)
+        self.pipe.enter(HARNESS)
+        left = dynamic_checks.new_threads(threads)
+        if left:
+            self.findings.add("run.thread-started", "forward left %d thread(s) running (%s)" % (
+                len(left), ", ".join(sorted({t.name for t in left}))[:80]))
+        atol = self._tolerance(ref_out)
+        # Before anything touches the output: a subclass may run code when used.
+        broken = dynamic_checks.output_contract(cand_out, ref_out, cand_in, ref_in)
+        if broken:
+            self.findings.add("run.output-contract", broken)
+            return _failed(broken), None, atol
+        if not dynamic_checks.same_values(cand_in, inputs) and not dynamic_checks.same_values(cand_in, ref_in):
+            message = "candidate changed its inputs (the reference leaves them as they were)" \
+                if ref_kept else "candidate changed its inputs differently from the reference"
+            self.findings.add("run.input-mutation", message)
+            return _failed(message), None, atol
+        return self._compare(ref_out, cand_out, atol), cand_out, atol
+
+    def _second_looks(self, cand_model, inputs, first_out, atol):
+        """Trial 0's input again: the same answer (determinism), and the ATen
+        ops forward dispatches (library compute the text did not show)."""
+        again = self.call(CANDIDATE, self.forward, cand_model, self.clone(inputs))
+        self.pipe.enter(HARNESS)
+        same = self._compare(first_out, again, atol)
+        if not same["passed"]:
+            self.findings.add("run.nondeterministic",
+                              "trial 0's input gave different outputs on a second call (max abs diff %s)"
+                              % _fmt(same["max_abs_diff"]))
+        del again
+        traced, ops = self.call(CANDIDATE, dynamic_checks.trace_ops,
+                                lambda: self.forward(cand_model, self.clone(inputs)))
+        self.pipe.enter(HARNESS)
+        del traced
+        library = dynamic_checks.library_ops(ops)
+        if library:
+            self.findings.add("run.library-compute",
+                              "forward dispatched library compute: " + ", ".join(library[:8]))
+
+    def _compare(self, ref_out, cand_out, atol=None):
         try:
-            return compare.compare_outputs(ref_out, cand_out, self.spec.atol, self.spec.rtol)
+            return compare.compare_outputs(ref_out, cand_out, self.spec.atol if atol is None else atol,
+                                           self.spec.rtol)
         except Exception as e:
             # Odd outputs (tensor subclasses, ...) the comparison cannot handle
             # count as a difference, not as a crash of the harness.
@@ -259,17 +377,101 @@ class RunStage(object):
                            compile_log=log)
         raise StageEnd()
 
+    # -- timing ---------------------------------------------------------------
+    def _perturbed(self, inputs):
+        """The input set with every floating tensor scaled by 1 + d, |d| <=
+        1e-3, drawn per call: no two timed calls see the same values, so a
+        cache keyed on values (or on addresses) never hits."""
+        d = self.rng.uniform(-1e-3, 1e-3)
+
+        def one(x):
+            if isinstance(x, torch.Tensor) and x.is_floating_point():
+                return x * (1.0 + d)
+            if isinstance(x, (list, tuple)):
+                return type(x)(one(v) for v in x)
+            return x
+        return one(inputs)
+
+    def _shifted(self, x):
+        """A copy at a fresh address: a view into a slightly larger buffer,
+        offset by a multiple of 256 bytes (vector loads stay aligned)."""
+        if isinstance(x, torch.Tensor):
+            step = max(1, 256 // max(1, x.element_size()))
+            k = step * self.rng.randrange(1, 9)
+            buf = torch.empty(x.numel() + k, dtype=x.dtype, device=x.device)
+            view = buf[k:].view(x.shape)
+            view.copy_(x)
+            return view
+        if isinstance(x, (list, tuple)):
+            return type(x)(self._shifted(v) for v in x)
+        return self.clone(x)
+
+    def _timed_forward(self, model, inputs, flush):
+        def run():
+            with torch.no_grad():
+                return model(*inputs)
+        return timing.timed_call(run, self.device, flush)
+
     def _measure(self, ref_model, cand_model, get_inputs):
+        """Interleaved timing: each round times the reference and then the
+        candidate on a fresh perturbed input set at fresh addresses, the L2
+        flushed before each call and the clock stopped after a device-wide
+        sync. A share of the candidate's timed outputs (chosen at random, all
+        of the first two) is compared with the reference's output for the same
+        input, so skipping or replaying work in timed calls is caught."""
         spec = self.spec
-        inputs = self.inputs(trial_seed(spec.seed, "timing"), get_inputs)
-        ref_in, cand_in = self.clone(inputs), self.clone(inputs)
-        method = timing.METHOD_CUDA if self.device.type == "cuda" else timing.METHOD_CPU
-        args = (spec.warmup_calls, spec.performance_trials, self.device)
-        ref_times = self.call(REFERENCE, timing.measure, ref_model, ref_in, *args)
-        cand_times = self.call(CANDIDATE, timing.measure, cand_model, cand_in, *args)
+        pool = [self.inputs(trial_seed(spec.seed, "timing-%d" % k), get_inputs)
+                for k in range(_TIMING_POOL)]
+        flush = timing.L2Flush(self.device)
+        for w in range(spec.warmup_calls):
+            x = pool[w % len(pool)]
+            self.call(REFERENCE, self.forward, ref_model, self._shifted(x))
+            self.call(CANDIDATE, self.forward, cand_model, self._shifted(x))
         self.pipe.enter(HARNESS)
+        method = timing.METHOD_CUDA if self.device.type == "cuda" else timing.METHOD_CPU
+        ref_times, cand_times = [], []
+        started = timing.now_ms()
+        max_calls = max(spec.performance_trials, _MAX_CALLS_FACTOR * spec.performance_trials)
+        for j in range(max_calls):
+            x = self._perturbed(pool[j % len(pool)])
+            ref_in = self._shifted(x)
+            ref_ms, ref_out = self.call(REFERENCE, self._timed_forward, ref_model, ref_in, flush)
+            self.pipe.enter(HARNESS)
+            ref_saved = self.clone(ref_out)
+            dynamic_checks.poison(ref_out, self._keep(ref_in, ref_model))
+            del ref_out, ref_in
+            cand_in = self._shifted(x)
+            cand_ms, cand_out = self.call(CANDIDATE, self._timed_forward, cand_model, cand_in, flush)
+            self.pipe.enter(HARNESS)
+            ref_times.append(ref_ms)
+            cand_times.append(cand_ms)
+            if j < 2 or self.rng.random() < _SPOT_CHECK_SHARE:
+                self._spot_check(j, ref_saved, cand_out, cand_in)
+            del cand_out, cand_in, ref_saved
+            n = j + 1
+            if n >= spec.performance_trials:
+                settled = timing.relative_ci(ref_times) <= 0.01 and timing.relative_ci(cand_times) <= 0.01
+                if settled or timing.now_ms() - started > _TIMING_BUDGET_MS:
+                    break
         self.report["reference_timing"] = timing.stats(ref_times, method)
         self.report["candidate_timing"] = timing.stats(cand_times, method)
+
+    def _spot_check(self, j, ref_out, cand_out, cand_in):
+        broken = dynamic_checks.output_contract(cand_out, ref_out, cand_in, None)
+        if broken:
+            self.findings.add("run.output-contract", "timed call %d: %s" % (j + 1, broken))
+            return
+        atol = dynamic_checks.degenerate(ref_out, self.spec.atol, self.spec.rtol)
+        result = self._compare(ref_out, cand_out, self.spec.atol if atol is None else atol[1])
+        if not result["passed"]:
+            self.findings.add("run.timed-output-mismatch",
+                              "timed call %d returned a wrong output (max abs diff %s): the timed calls "
+                              "did not all do the work" % (j + 1, _fmt(result["max_abs_diff"])))
+
+
+def _failed(failure):
+    return {"passed": False, "max_abs_diff": 0.0, "max_rel_diff": 0.0, "mismatch_fraction": 0.0,
+            "failure": errors.one_line(failure)}
 
 
 def _worst(values):
