@@ -6,6 +6,24 @@
 // ModelNew.forward reaches.
 
 namespace kbox::static_check::python_analysis {
+namespace {
+
+// A compiler flag that names a path outside the job: `/etc`, `~x`, `../x`,
+// a glued value (`-I/etc`, `-L/usr`) or one after `=` or `,`
+// (`--sysroot=/`, `-Wp,-include,/x`).
+bool NamesHostPath(std::string_view f) {
+  if (f.starts_with("/") || f.starts_with("~") || f.find("..") != std::string_view::npos ||
+      f.find("=/") != std::string_view::npos || f.find(",/") != std::string_view::npos) {
+    return true;
+  }
+  size_t i = 0;
+  while (i < f.size() && f[i] == '-') ++i;
+  if (i == 0) return false;
+  while (i < f.size() && ((f[i] >= 'a' && f[i] <= 'z') || (f[i] >= 'A' && f[i] <= 'Z') || f[i] == '_')) ++i;
+  return i < f.size() && f[i] == '/';
+}
+
+}  // namespace
 
 bool Analyzer::IsString(uint32_t i) const {
   return i < t_.size() && (t_[i].kind == PyTokenKind::kString || t_[i].kind == PyTokenKind::kFStringStart);
@@ -452,11 +470,7 @@ void Analyzer::CheckFlags(const Arg& a, std::string_view key) {
                             f.starts_with("-specs") || f.starts_with("--options-file") || f.starts_with("-B");
     // Any host path in a flag (`-I/etc`, `-I` then `/etc`, `-Wp,-include,/x`,
     // `--sysroot=/`) lets the compiler read outside the job.
-    const bool abs_path = (key == "extra_include_paths" && !f.empty()) || f.starts_with("/") ||
-                          f.starts_with("~") || f.find("=/") != std::string::npos ||
-                          f.find(",/") != std::string::npos || f.find("..") != std::string::npos ||
-                          (f.size() > 2 && f[0] == '-' && f.find('/') != std::string::npos &&
-                           f.find('/') == f.find_first_not_of("-ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_"));
+    const bool abs_path = (key == "extra_include_paths" && !f.empty()) || NamesHostPath(f);
     const bool preprocessor_passthrough = f.find("-include") != std::string::npos ||
                                           f.find("-imacros") != std::string::npos || f.starts_with("-Wp,") ||
                                           f.starts_with("-Xpreprocessor") || f.starts_with("-idirafter") ||

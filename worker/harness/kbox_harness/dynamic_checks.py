@@ -41,18 +41,18 @@ class Findings(object):
 
 # -- storage and identity -------------------------------------------------------
 
-def _tensors(x):
+def tensors(x):
     if isinstance(x, torch.Tensor):
         return [x]
     if isinstance(x, (list, tuple)):
         out = []
         for v in x:
-            out.extend(_tensors(v))
+            out.extend(tensors(v))
         return out
     if isinstance(x, dict):
         out = []
         for v in x.values():
-            out.extend(_tensors(v))
+            out.extend(tensors(v))
         return out
     return []
 
@@ -67,7 +67,7 @@ def _storage_ptr(t):
 def same_values(a, b):
     """True when a and b hold the same tensors bit for bit where it matters:
     equal values, NaN where the other has NaN, same shapes and dtypes."""
-    ta, tb = _tensors(a), _tensors(b)
+    ta, tb = tensors(a), tensors(b)
     if len(ta) != len(tb):
         return False
     for x, y in zip(ta, tb):
@@ -98,8 +98,8 @@ def output_contract(cand_out, ref_out, cand_inputs, ref_inputs):
     if len(refs) != len(cands):
         return None  # The comparison reports the count.
     check_alias = ref_inputs is not None
-    ref_in_ptrs = {_storage_ptr(t) for t in _tensors(ref_inputs)} if check_alias else set()
-    cand_in_ptrs = {_storage_ptr(t) for t in _tensors(cand_inputs)} if check_alias else set()
+    ref_in_ptrs = {_storage_ptr(t) for t in tensors(ref_inputs)} if check_alias else set()
+    cand_in_ptrs = {_storage_ptr(t) for t in tensors(cand_inputs)} if check_alias else set()
     for i, (r, c) in enumerate(zip(refs, cands)):
         where = "output %d " % i if len(refs) > 1 else "output "
         if not isinstance(r, torch.Tensor):
@@ -123,7 +123,7 @@ def poison(out, keep):
     Tensors sharing storage with anything in `keep` (inputs, parameters) are
     left alone."""
     kept = {_storage_ptr(t) for t in keep}
-    for t in _tensors(out):
+    for t in tensors(out):
         if _storage_ptr(t) in kept or not t.numel():
             continue
         with torch.no_grad():

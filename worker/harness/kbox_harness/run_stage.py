@@ -267,7 +267,7 @@ class RunStage(object):
     # -- one correctness trial ------------------------------------------------
     def _keep(self, inputs, model):
         """Tensors the reference's output may legitimately share storage with."""
-        keep = list(dynamic_checks._tensors(inputs))
+        keep = list(dynamic_checks.tensors(inputs))
         if isinstance(model, torch.nn.Module):
             keep += list(model.parameters()) + list(model.buffers())
         return keep
@@ -461,8 +461,7 @@ class RunStage(object):
         if broken:
             self.findings.add("run.output-contract", "timed call %d: %s" % (j + 1, broken))
             return
-        atol = dynamic_checks.degenerate(ref_out, self.spec.atol, self.spec.rtol)
-        result = self._compare(ref_out, cand_out, self.spec.atol if atol is None else atol[1])
+        result = self._compare(ref_out, cand_out, self._tolerance(ref_out))
         if not result["passed"]:
             self.findings.add("run.timed-output-mismatch",
                               "timed call %d returned a wrong output (max abs diff %s): the timed calls "

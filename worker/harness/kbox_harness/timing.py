@@ -25,31 +25,6 @@ def device_sync(device):
         _cuda_sync(device)
 
 
-def measure(model, inputs, warmup, trials, device):
-    """Per-call times in milliseconds of `trials` calls after `warmup` untimed ones."""
-    times = []
-    with torch.no_grad():
-        for _ in range(warmup):
-            model(*inputs)
-        device_sync(device)
-        for _ in range(trials):
-            if device.type == "cuda":
-                _cuda_sync(device)
-                start = _CudaEvent(enable_timing=True)
-                end = _CudaEvent(enable_timing=True)
-                _event_record(start)
-                model(*inputs)
-                _event_record(end)
-                # Device-wide: work the candidate queued on side streams counts.
-                _cuda_sync(device)
-                times.append(float(_event_elapsed(start, end)))
-            else:
-                t0 = _perf_counter()
-                model(*inputs)
-                times.append((_perf_counter() - t0) * 1e3)
-    return times
-
-
 class L2Flush(object):
     """A buffer of twice the GPU's L2 cache, overwritten before every timed
     call so no call starts with the previous call's data in cache."""
