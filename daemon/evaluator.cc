@@ -61,7 +61,8 @@ std::string Evaluator::NextJobId() {
 }
 
 v1::StageSpec Evaluator::MakeSpec(const JobWorkspace& ws, const v1::EffectiveSettings& s,
-                                  v1::Stage stage) const {
+                                  v1::Stage stage,
+                                  const std::vector<std::string>& candidate_kernels) const {
   v1::StageSpec spec;
   spec.set_stage(stage);
   spec.set_reference_path(ws.reference_path().string());
@@ -77,6 +78,10 @@ v1::StageSpec Evaluator::MakeSpec(const JobWorkspace& ws, const v1::EffectiveSet
   spec.set_performance_trials(s.performance_trials());
   spec.set_warmup_calls(config_.warmup_calls());
   spec.set_max_log_bytes(config_.max_log_bytes());
+  if (stage == v1::STAGE_RUN) {
+    // The harness checks that one of them launched (run.kernel-not-launched).
+    for (const std::string& name : candidate_kernels) spec.add_candidate_kernels(name);
+  }
   if (stage == v1::STAGE_RUN && sandbox_.settings) {
     spec.set_strict_seccomp_bpf(sandbox_.strict_filter_path);
     if (s.backend() == v1::BACKEND_TRITON) spec.set_ptxas_path(sandbox_.settings->ptxas_path);
@@ -178,7 +183,8 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
   }
   placement.wall_limit = std::chrono::seconds(settings.time_limit_s());
   placement.mask_toolchain = settings.backend() != v1::BACKEND_TRITON;
-  StageOutcome ran = runner_.Run(*ws, MakeSpec(*ws, settings, v1::STAGE_RUN), placement);
+  StageOutcome ran =
+      runner_.Run(*ws, MakeSpec(*ws, settings, v1::STAGE_RUN, checked.report.kernel_names), placement);
   durations->set_run_ms(ran.process.wall_ms);
   ApplyRunStage(ran, result);
   if (ran.report) {

@@ -50,8 +50,10 @@ class Evaluator {
   const std::vector<uint32_t>& gpus() const { return gpus_; }
 
  private:
+  // `candidate_kernels`: the static analysis's kernel names, sent to the run
+  // stage only.
   v1::StageSpec MakeSpec(const JobWorkspace& ws, const v1::EffectiveSettings& settings,
-                         v1::Stage stage) const;
+                         v1::Stage stage, const std::vector<std::string>& candidate_kernels = {}) const;
   void RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSettings& settings,
               const static_check::AnticheatProfile& anticheat, v1::EvaluateResult& result);
   std::string NextJobId();

@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <cmath>
 #include <string_view>
 
 namespace kbox {
@@ -245,6 +246,10 @@ void ApplyRunStage(const StageOutcome& s, EvaluateResult& r) {
       Set(r, v1::RUNTIME_ERROR, rep.message());
       *r.mutable_runtime_error() = rep.error();
       break;
+    case StageReport::CANDIDATE_VIOLATION:
+      Set(r, v1::SANDBOX_VIOLATION, rep.message());
+      *r.mutable_runtime_error() = rep.error();
+      break;
     case StageReport::REFERENCE_FAILED:
       Set(r, v1::REFERENCE_ERROR, rep.message());
       *r.mutable_runtime_error() = rep.error();
@@ -276,6 +281,9 @@ void ApplyRunStage(const StageOutcome& s, EvaluateResult& r) {
       r.set_speedup_ci_low(rt.median_ci_low_ms() / ct.median_ci_high_ms());
       r.set_speedup_ci_high(rt.median_ci_high_ms() / ct.median_ci_low_ms());
     }
+    // The floor only means something next to the candidate's median.
+    const double floor_ms = rep.physical_floor_ms();
+    if (std::isfinite(floor_ms) && floor_ms > 0) r.set_physical_floor_ms(floor_ms);
   }
 }
 
@@ -288,7 +296,10 @@ void SanitizeResultText(EvaluateResult& r, size_t max_bytes) {
     clean(r.mutable_runtime_error()->mutable_message());
     clean(r.mutable_runtime_error()->mutable_traceback());
   }
-  for (auto& t : *r.mutable_trials()) clean(t.mutable_failure());
+  for (auto& t : *r.mutable_trials()) {
+    clean(t.mutable_failure());
+    clean(t.mutable_distribution());
+  }
   for (auto& v : *r.mutable_verdicts()) {
     clean(v.mutable_message());
     clean(v.mutable_snippet());

@@ -15,12 +15,16 @@ namespace kbox {
 
 // One run of the static checker.
 struct StaticPhase {
+  // Findings, and report.kernel_names (the candidate's kernels, for the run
+  // stage's StageSpec.candidate_kernels), filled under every profile.
   static_check::CheckReport report;
-  double ms = 0;     // Wall-clock time of Check(); 0 when it did not run.
+  double ms = 0;     // Wall-clock time of Check(); 0 when no rule ran.
   bool ran = false;  // False when the profile switches every rule off.
 };
 
-// Runs the checker on `input` under `profile`, unless every rule is off.
+// Runs the checker on `input` under `profile`. When every rule is off no
+// rule runs (no findings, ms 0, ran false), but report.kernel_names is
+// still filled.
 StaticPhase RunStaticCheck(const static_check::CheckInput& input,
                            const static_check::AnticheatProfile& profile);
 

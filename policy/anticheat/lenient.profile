@@ -21,4 +21,5 @@ py.precision-downgrade         suspicious # an fp32 task computed in half precis
 py.side-stream                 suspicious # work off the current stream escapes stream-ordered timing (H7)
 py.tensor-method-compute       suspicious # x.softmax() is the library's softmax (H1)
 py.try-fallback                suspicious # an except branch can fall back to PyTorch (H3)
+run.kernel-not-launched        suspicious # tolerated passthrough may leave the own kernel unlaunched; reported (H2)
 run.library-compute            suspicious # the op trace sees passthrough the text hides, C++ ATen calls included (H1)

@@ -39,11 +39,15 @@ py.tensor-subclass             reject     # a tensor subclass can defer or fake 
 py.try-fallback                reject     # an except branch can fall back to PyTorch (H3)
 py.unparseable                 reject     # what kbox cannot read it cannot vouch for
 py.unresolved-extension-source reject     # C++ kbox cannot read cannot be checked
+run.below-physical-floor       suspicious # below moving its data once; a candidate may skip reading inputs, so reported (H20)
 run.degenerate-problem         info       # reported: the candidate was judged at the tightened tolerance
+run.forbidden-call             reject     # ctypes, processes, sockets, gc and files outside scratch reach past the job (H25, H21)
 run.harness-tampering          reject     # patched timers and comparisons (H12); kbox measures with its own copies anyway
 run.input-mutation             reject     # zeroed or rewritten inputs fool a checker that runs the reference after (H6)
+run.kernel-not-launched        reject     # a kernel compiled but never launched is a decoy; forward did the work another way (H2)
 run.library-compute            reject     # the op trace sees passthrough the text hides, C++ ATen calls included (H1)
 run.nondeterministic           reject     # races and reads of uninitialised memory that pass by luck (H19)
 run.output-contract            reject     # lazy tensors, subclasses and aliased outputs lie to the comparison (H9)
 run.thread-started             reject     # a thread can finish the work after the clock stops (H8)
 run.timed-output-mismatch      reject     # timed calls that skip or replay work (H10, H11)
+run.timing-mismatch            reject     # an in-process clock that disagrees with the outside one was tampered with (H12)

@@ -5,6 +5,7 @@
 #include <deque>
 #include <span>
 #include <string>
+#include <utility>
 
 #include "policy/static_check/cpp_lexer.h"
 
@@ -128,7 +129,10 @@ class CppChecker {
           statement_start_ = i + 1;
           break;
         case CppTokenKind::kString: AsmString(i); break;
-        case CppTokenKind::kIdentifier: Identifier(i); break;
+        case CppTokenKind::kIdentifier:
+          if (t.text == "__global__" && !macro_body_) KernelName(i);
+          Identifier(i);
+          break;
         case CppTokenKind::kPunct:
           if (t.text == "<<<") facts_->launches_kernel = true;
           if (t.text == "{") scopes_.push_back(PendingScopeIsNamespace(i));
@@ -181,14 +185,86 @@ class CppChecker {
            std::find(aten_aliases_.begin(), aten_aliases_.end(), ns) != aten_aliases_.end();
   }
 
-  // Places a finding on the candidate.py line the C++ line came from.
-  void Add(std::string_view rule, size_t i, std::string message) {
+  // The candidate.py line and column the C++ token `i` came from.
+  std::pair<uint32_t, uint32_t> Place(size_t i) const {
     const CppToken& t = t_[i];
     const auto& map = src_.text.value_line_source;
     uint32_t line = map.empty() ? 0 : map.back();
     if (t.line >= 1 && t.line <= map.size()) line = map[t.line - 1];
     const uint32_t column = t.line == 1 ? src_.text.first_column + t.column - 1 : t.column;
+    return {line, column};
+  }
+
+  // Places a finding on the candidate.py line the C++ line came from.
+  void Add(std::string_view rule, size_t i, std::string message) {
+    const auto [line, column] = Place(i);
     sink_.Add(rule, line, column, std::move(message));
+  }
+
+  // The name declared by the `__global__` at `g`: the identifier before the
+  // first '(' that is not an attribute's (`__launch_bounds__(256)`,
+  // `__attribute__((...))`, `alignas(...)`, `[[...]]`), skipping explicit
+  // template arguments (`template __global__ void k<float>(float*)`). The
+  // specifiers around it (`extern "C"`, `static`, `template <...>`, the
+  // return type) need no reading. Gives up at ';', '{', '}', '=' or after
+  // kMaxDeclaratorTokens, so a run of `__global__` tokens stays linear.
+  void KernelName(size_t g) {
+    static constexpr size_t kMaxDeclaratorTokens = 256;
+    const size_t limit = std::min(t_.size(), g + kMaxDeclaratorTokens);
+    for (size_t k = g + 1; k < limit; ++k) {
+      const CppToken& t = t_[k];
+      if (t.kind == CppTokenKind::kPreprocessor) return;
+      if (IsPunct(k, ";") || IsPunct(k, "{") || IsPunct(k, "}") || IsPunct(k, "=")) return;
+      if (IsPunct(k, "[") && IsPunct(k + 1, "[")) {  // [[attribute]]
+        k = SkipBalanced(k, "[", "]", limit);
+        continue;
+      }
+      if (!IsPunct(k, "(")) continue;
+      size_t name = k;  // The identifier the '(' follows.
+      if (k > g + 1 && (IsPunct(k - 1, ">") || IsPunct(k - 1, ">>"))) {
+        // `k<float, 4>(`: back over the template argument list.
+        size_t depth = 0;
+        for (size_t b = k - 1; b > g; --b) {
+          if (IsPunct(b, ">")) ++depth;
+          if (IsPunct(b, ">>")) depth += 2;
+          if (IsPunct(b, "<")) --depth;
+          if (IsPunct(b, "<<")) depth = depth >= 2 ? depth - 2 : 0;
+          if (depth == 0) {
+            name = b - 1;
+            break;
+          }
+        }
+      } else {
+        name = k - 1;
+      }
+      if (name <= g || !IsIdent(name)) return;
+      const std::string_view w = t_[name].text;
+      if (w == "__launch_bounds__" || w == "__attribute__" || w == "__declspec" || w == "alignas" ||
+          w == "__align__" || w == "decltype" || w == "__cluster_dims__" || w == "__maxnreg__" ||
+          w == "__grid_constant__" || w == "noexcept" || w == "throw") {
+        k = SkipBalanced(k, "(", ")", limit);
+        continue;
+      }
+      if (w == "operator" || w == "template" || w == "typename" || w == "void" || w == "auto" || w == "const" ||
+          w == "static" || w == "inline" || w == "extern" || w == "__global__" || w == "__host__" ||
+          w == "__device__" || w == "__forceinline__" || w == "__noinline__") {
+        return;
+      }
+      const auto [line, column] = Place(name);
+      facts_->kernels.push_back(KernelNameAt{std::string(w), line, column});
+      return;
+    }
+  }
+
+  // Index of the bracket that closes the one at `open`, or `limit` when
+  // none does before it.
+  size_t SkipBalanced(size_t open, std::string_view o, std::string_view c, size_t limit) const {
+    size_t depth = 0;
+    for (size_t k = open; k < limit; ++k) {
+      if (IsPunct(k, o)) ++depth;
+      if (IsPunct(k, c) && --depth == 0) return k;
+    }
+    return limit;
   }
 
   bool IsPunct(size_t i, std::string_view p) const {

@@ -11,6 +11,9 @@ namespace kbox::static_check {
 struct CppFacts {
   bool has_global_kernel = false;  // Some `__global__` function exists.
   bool launches_kernel = false;    // Some `<<<...>>>` or cudaLaunchKernel.
+  // The declarator name of every `__global__` function defined or declared
+  // (not in #define bodies: a macro's parameters are not names).
+  std::vector<KernelNameAt> kernels;
 };
 
 void CheckCppSource(const ExtensionSource& source, const CheckInput& input, FindingSink& sink, CppFacts* facts);

@@ -118,6 +118,8 @@ class Analyzer {
   void Collect(const PyStmt& s, Class* cls, Function* fn);
 
   bool IsTritonDecorated(const PyStmt& def) const;
+  // Records the name token `tok` as a Triton kernel of the candidate.
+  void NoteTritonKernel(uint32_t tok);
 
   void CollectSimple(const PyStmt& s, Class* cls, Function* fn);
 

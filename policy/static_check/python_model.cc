@@ -162,6 +162,7 @@ void Analyzer::Collect(const PyStmt& s, Class* cls, Function* fn) {
     if (!IsName(n)) return;
     if (fn) {  // A nested def is part of its enclosing function's code.
       fn->locals[t_[n].text] = Binding{};
+      if (IsTritonDecorated(s)) NoteTritonKernel(n);
       CollectBody(s.body, cls, fn);
       return;
     }
@@ -184,7 +185,7 @@ void Analyzer::Collect(const PyStmt& s, Class* cls, Function* fn) {
     function_by_def_[&s] = raw;
     CollectBody(s.body, nullptr, raw);
     const bool triton = IsTritonDecorated(s);
-    if (triton) facts_.has_triton_kernel = true;
+    if (triton) NoteTritonKernel(n);
     if (cls) {
       cls->methods[raw->name] = raw;
     } else {
@@ -237,6 +238,11 @@ bool Analyzer::IsTritonDecorated(const PyStmt& def) const {
     }
   }
   return false;
+}
+
+void Analyzer::NoteTritonKernel(uint32_t tok) {
+  facts_.has_triton_kernel = true;
+  facts_.triton_kernels.push_back(KernelNameAt{std::string(t_[tok].text), t_[tok].line, t_[tok].column});
 }
 
 void Analyzer::CollectSimple(const PyStmt& s, Class* cls, Function* fn) {
@@ -412,6 +418,11 @@ Binding Analyzer::ClassifyValue(uint32_t a, uint32_t b, Function* fn, const PySt
     }
     if (q == "triton.jit" || q == "triton.autotune") {
       facts_.has_triton_kernel = true;
+      // `k = triton.jit(f)`: the kernel keeps f's name.
+      if (q == "triton.jit" && IsName(end + 1) && (IsOp(end + 2, ")") || IsOp(end + 2, ","))) {
+        const Binding* f = Lookup(t_[end + 1].text, fn);
+        if (f && (f->kind == Bind::kFunction || f->kind == Bind::kTritonKernel)) NoteTritonKernel(end + 1);
+      }
       return Binding{Bind::kTritonKernel, {}, {}, 0, 0, {}};
     }
     if (!q.empty()) out.instance_of = q;

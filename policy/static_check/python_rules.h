@@ -4,6 +4,7 @@
 // (imports and aliases, classes, functions, what ModelNew.forward reaches, the
 // extension sources handed to load_inline) and applies the py.* rules.
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -19,11 +20,22 @@ struct ExtensionSource {
   bool cuda = false;  // From cuda_sources (or a .cu name in load(sources=...)).
 };
 
+// A kernel the candidate defines, placed in candidate.py (for the order of
+// CheckReport::kernel_names).
+struct KernelNameAt {
+  std::string name;
+  uint32_t line = 0;
+  uint32_t column = 0;
+};
+
 // What the Python pass learned that the C++ pass and kernel.none need.
 struct PythonFacts {
   std::vector<ExtensionSource> sources;
   bool has_extension = false;      // Some load_inline/load call exists.
   bool has_triton_kernel = false;  // Some @triton.jit function exists.
+  // Functions decorated with triton.jit/autotune/heuristics (through any
+  // import alias), and plain names passed to `triton.jit(f)`.
+  std::vector<KernelNameAt> triton_kernels;
 };
 
 PythonFacts CheckPython(const PyModule& module, const CheckInput& input, FindingSink& sink);

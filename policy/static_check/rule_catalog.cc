@@ -80,12 +80,18 @@ constexpr std::array kRules{
              "kbox could not tokenize or parse the candidate, so it cannot vouch for it"},
     RuleInfo{"py.unresolved-extension-source", "H1",
              "a load_inline source kbox cannot resolve to literal text, so it cannot be checked"},
+    RuleInfo{"run.below-physical-floor", "H20",
+             "the median time is below what moving the inputs and outputs once at the device's bandwidth takes"},
     RuleInfo{"run.degenerate-problem", "H16",
              "trivial outputs (zeros, a constant, the mean) pass this problem's tolerance, so it was tightened"},
+    RuleInfo{"run.forbidden-call", "H25",
+             "the candidate tried what the run stage's audit hook denies: ctypes, subprocess, sockets, gc, files"},
     RuleInfo{"run.harness-tampering", "H12",
              "the candidate replaced a timer, synchronisation or comparison function the evaluator uses"},
     RuleInfo{"run.input-mutation", "H6",
              "the candidate changed its inputs where the reference does not"},
+    RuleInfo{"run.kernel-not-launched", "H2",
+             "none of the candidate's own kernels launched during forward: a decoy compiled but never run"},
     RuleInfo{"run.library-compute", "H1",
              "the ATen trace of forward shows library compute ops (mm, convolution, softmax, ...)"},
     RuleInfo{"run.nondeterministic", "H19",
@@ -96,6 +102,8 @@ constexpr std::array kRules{
              "forward left a thread running after it returned"},
     RuleInfo{"run.timed-output-mismatch", "H11",
              "an output of a timed call differs from the reference: the timed calls skipped or replayed work"},
+    RuleInfo{"run.timing-mismatch", "H12",
+             "the time measured inside the candidate's process disagrees with the time measured outside it"},
 };
 
 }  // namespace

@@ -1,5 +1,9 @@
 #include "policy/static_check/static_checker.h"
 
+#include <algorithm>
+#include <set>
+#include <tuple>
+
 #include "policy/static_check/cpp_rules.h"
 #include "policy/static_check/finding_sink.h"
 #include "policy/static_check/python_module.h"
@@ -14,9 +18,29 @@ bool CheckReport::rejected() const {
   return false;
 }
 
+namespace {
+
+// Triton and CUDA kernel names in the order they appear in candidate.py, each
+// once, at most kMaxKernelNames.
+std::vector<std::string> KernelNames(std::vector<KernelNameAt> found) {
+  std::stable_sort(found.begin(), found.end(), [](const KernelNameAt& a, const KernelNameAt& b) {
+    return std::tie(a.line, a.column) < std::tie(b.line, b.column);
+  });
+  std::vector<std::string> names;
+  std::set<std::string_view> seen;
+  for (const KernelNameAt& k : found) {
+    if (names.size() >= kMaxKernelNames) break;
+    if (seen.insert(k.name).second) names.push_back(k.name);
+  }
+  return names;
+}
+
+}  // namespace
+
 CheckReport Check(const CheckInput& input, const AnticheatProfile& profile) {
+  // Under a profile that switches every rule off the sink keeps nothing, but
+  // the analysis still runs: the run stage needs the kernel names.
   FindingSink sink(input.candidate_source, profile);
-  if (profile.all_off()) return std::move(sink).Finish();
   const PyModule module = PyModule::Parse(input.candidate_source);
   if (module.error()) {
     // Fail closed: what kbox cannot read, it cannot vouch for. Rules still
@@ -49,7 +73,11 @@ CheckReport Check(const CheckInput& input, const AnticheatProfile& profile) {
       }
       break;
   }
-  return std::move(sink).Finish();
+  std::vector<KernelNameAt> kernels = facts.triton_kernels;
+  kernels.insert(kernels.end(), cpp.kernels.begin(), cpp.kernels.end());
+  CheckReport report = std::move(sink).Finish();
+  report.kernel_names = KernelNames(std::move(kernels));
+  return report;
 }
 
 }  // namespace kbox::static_check

@@ -48,11 +48,23 @@ struct CheckReport {
   // Findings are capped (kMaxFindings) so a hostile file cannot make the
   // answer huge; true when some were dropped.
   bool truncated = false;
+  // The candidate's own kernels, whatever the profile (the "off" profile
+  // included): the identifier of every CUDA `__global__` function defined or
+  // declared in its load_inline sources (read from the C++ lexer's tokens, so
+  // comments and strings do not count; macro bodies are not read), and every
+  // Python function decorated with triton.jit/autotune/heuristics (through
+  // any import alias) or passed by name to `triton.jit(f)`. Deduplicated, in
+  // order of appearance in candidate.py; at most kMaxKernelNames.
+  std::vector<std::string> kernel_names;
 };
+
+inline constexpr size_t kMaxKernelNames = 256;
 
 inline constexpr size_t kMaxFindings = 200;
 
-// Runs every rule the profile does not switch off.
+// Runs every rule the profile does not switch off, and always fills
+// kernel_names (under a profile that switches every rule off, the analysis
+// still runs but reports no findings).
 CheckReport Check(const CheckInput& input, const AnticheatProfile& profile);
 
 }  // namespace kbox::static_check

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <string>
 #include <string_view>
 
@@ -279,6 +281,53 @@ TEST(ResultMapperTest, OkReportWithoutAllTrialsIsNotCorrect) {
   s.report->mutable_trials(2)->set_passed(false);
   ApplyRunStage(s, r);
   EXPECT_EQ(r.status(), v1::RUNTIME_ERROR);
+}
+
+TEST(ResultMapperTest, RunOkCarriesPhysicalFloorAndTimingFields) {
+  v1::EvaluateResult r;
+  StageOutcome s = CorrectRun(r);
+  *s.report->mutable_candidate_timing() = MedianTiming(2.0);
+  s.report->mutable_candidate_timing()->set_outside_median_ms(2.1);
+  *s.report->mutable_reference_timing() = MedianTiming(5.0);
+  s.report->mutable_trials(0)->set_distribution("heavy-tailed");
+  s.report->set_physical_floor_ms(0.25);
+  ApplyRunStage(s, r);
+  EXPECT_EQ(r.status(), v1::CORRECT);
+  EXPECT_DOUBLE_EQ(r.physical_floor_ms(), 0.25);
+  // Timing and TrialResult are copied as messages: their new fields come along.
+  EXPECT_DOUBLE_EQ(r.candidate_timing().outside_median_ms(), 2.1);
+  EXPECT_EQ(r.trials(0).distribution(), "heavy-tailed");
+}
+
+TEST(ResultMapperTest, PhysicalFloorOnlyBesideATimingAndOnlyWhenSane) {
+  {  // No timing (performance not measured): no floor to compare with.
+    v1::EvaluateResult r;
+    StageOutcome s = CorrectRun(r);
+    s.report->set_physical_floor_ms(0.25);
+    ApplyRunStage(s, r);
+    EXPECT_DOUBLE_EQ(r.physical_floor_ms(), 0.0);
+  }
+  {  // Not correct: no timing, no floor.
+    StageOutcome s = Reported(v1::StageReport::INCORRECT, "trial 0 differs");
+    s.report->add_trials()->set_passed(false);
+    *s.report->mutable_candidate_timing() = MedianTiming(1.0);
+    *s.report->mutable_reference_timing() = MedianTiming(1.0);
+    s.report->set_physical_floor_ms(0.25);
+    v1::EvaluateResult r;
+    ApplyRunStage(s, r);
+    EXPECT_DOUBLE_EQ(r.physical_floor_ms(), 0.0);
+  }
+  // A report shares a pipe with candidate code: a floor that is no time is dropped.
+  for (double bad : {-1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    v1::EvaluateResult r;
+    StageOutcome s = CorrectRun(r);
+    *s.report->mutable_candidate_timing() = MedianTiming(2.0);
+    *s.report->mutable_reference_timing() = MedianTiming(5.0);
+    s.report->set_physical_floor_ms(bad);
+    ApplyRunStage(s, r);
+    EXPECT_EQ(r.status(), v1::CORRECT);
+    EXPECT_DOUBLE_EQ(r.physical_floor_ms(), 0.0) << bad;
+  }
 }
 
 TEST(ResultMapperTest, ZeroCandidateMedianGivesNoSpeedup) {

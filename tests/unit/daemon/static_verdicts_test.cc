@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "daemon/result_mapper.h"
 #include "policy/static_check/anticheat_profile.h"
@@ -143,6 +145,46 @@ TEST(StaticVerdictsTest, AllOffProfileDoesNotRunTheChecker) {
   EXPECT_TRUE(phase.report.findings.empty());
 }
 
+// A decoy (a kernel compiled, never launched; forward does the work in
+// PyTorch) under every profile: the run stage gets the kernel's name even
+// when no static rule runs.
+constexpr std::string_view kDecoy =
+    "import torch\n"
+    "import torch.nn as nn\n"
+    "import triton\n"
+    "from torch.utils.cpp_extension import load_inline\n"
+    "cuda_src = '''\n"
+    "// __global__ void commented(float* y) {}\n"
+    "__global__ void decoy_kernel(float* y) { y[0] = 0.f; }\n"
+    "'''\n"
+    "ext = load_inline(name='d', cpp_sources='', cuda_sources=cuda_src)\n"
+    "@triton.jit\n"
+    "def triton_decoy(x_ptr):\n"
+    "    pass\n"
+    "class ModelNew(nn.Module):\n"
+    "    def forward(self, a, b):\n"
+    "        return torch.matmul(a, b)\n";
+
+TEST(StaticVerdictsTest, KernelNamesUnderEveryProfile) {
+  static_check::CheckInput input;
+  input.candidate_source = kDecoy;
+  input.backend = static_check::TaskBackend::kCuda;
+  const std::vector<std::string> expected{"decoy_kernel", "triton_decoy"};
+  for (const std::string_view name : {"strict", "lenient", "off"}) {
+    auto profile = AnticheatProfile::Load(KBOX_ANTICHEAT_PROFILE_DIR, name);
+    ASSERT_TRUE(profile) << name;
+    const StaticPhase phase = RunStaticCheck(input, *profile);
+    EXPECT_EQ(phase.report.kernel_names, expected) << name;
+    EXPECT_EQ(phase.ran, name != "off") << name;
+    if (name == "off") {
+      EXPECT_TRUE(phase.report.findings.empty());
+      EXPECT_EQ(phase.ms, 0.0);
+    } else {
+      EXPECT_TRUE(phase.report.rejected()) << name;  // py.forward-skips-kernel.
+    }
+  }
+}
+
 TEST(StaticVerdictsTest, CheckerRunsUnderAProfile) {
   const std::string source = "class ModelNew:\n    def forward(self, a, b):\n        return a @ b\n";
   static_check::CheckInput input;
@@ -216,6 +258,58 @@ TEST(RunVerdictsTest, CrashOrTimeoutKeepsItsStatus) {
   ApplyRunFindings(GradeRunFindings(Reported({{"run.thread-started", "a thread"}}), profile), r);
   EXPECT_EQ(r.status(), v1::TIMEOUT);
   EXPECT_EQ(r.verdicts_size(), 1);
+}
+
+// The run stage's launch, audit, timing and floor checks, graded by the
+// shipped profiles.
+TEST(RunVerdictsTest, LaunchAuditTimingAndFloorRulesAreGraded) {
+  auto strict = AnticheatProfile::Load(KBOX_ANTICHEAT_PROFILE_DIR, "strict");
+  auto lenient = AnticheatProfile::Load(KBOX_ANTICHEAT_PROFILE_DIR, "lenient");
+  auto off = AnticheatProfile::Load(KBOX_ANTICHEAT_PROFILE_DIR, "off");
+  ASSERT_TRUE(strict && lenient && off);
+  const auto reported = Reported({{"run.kernel-not-launched", "none of decoy_kernel launched"},
+                                  {"run.forbidden-call", "ctypes.CDLL denied"},
+                                  {"run.timing-mismatch", "0.01 ms inside, 2.4 ms outside"},
+                                  {"run.below-physical-floor", "0.001 ms < floor 0.05 ms"}});
+  const CheckReport s = GradeRunFindings(reported, *strict);
+  ASSERT_EQ(s.findings.size(), 4u);
+  EXPECT_EQ(s.findings[0].rule_id, "run.kernel-not-launched");
+  EXPECT_EQ(s.findings[0].severity, Severity::kReject);
+  EXPECT_EQ(s.findings[1].rule_id, "run.forbidden-call");
+  EXPECT_EQ(s.findings[1].severity, Severity::kReject);
+  EXPECT_EQ(s.findings[2].rule_id, "run.timing-mismatch");
+  EXPECT_EQ(s.findings[2].severity, Severity::kReject);
+  EXPECT_EQ(s.findings[3].rule_id, "run.below-physical-floor");
+  EXPECT_EQ(s.findings[3].severity, Severity::kSuspicious);
+  EXPECT_EQ(s.findings[3].message, "0.001 ms < floor 0.05 ms");
+
+  const CheckReport l = GradeRunFindings(reported, *lenient);
+  ASSERT_EQ(l.findings.size(), 4u);
+  EXPECT_EQ(l.findings[0].severity, Severity::kSuspicious);  // Lenient tolerates passthrough.
+  EXPECT_EQ(l.findings[1].severity, Severity::kReject);
+  EXPECT_EQ(l.findings[2].severity, Severity::kReject);
+  EXPECT_EQ(l.findings[3].severity, Severity::kSuspicious);
+
+  EXPECT_TRUE(GradeRunFindings(reported, *off).findings.empty());
+
+  // A decoy rejects a correct run under strict ...
+  v1::EvaluateResult r;
+  r.set_status(v1::CORRECT);
+  ApplyRunFindings(GradeRunFindings(Reported({{"run.kernel-not-launched", "none of decoy_kernel launched"}}),
+                                    *strict),
+                   r);
+  EXPECT_EQ(r.status(), v1::REJECTED);
+  EXPECT_EQ(r.message(),
+            "rejected by anti-cheat rule run.kernel-not-launched while running: none of decoy_kernel launched");
+  // ... a time below the floor is only reported.
+  v1::EvaluateResult fast;
+  fast.set_status(v1::CORRECT);
+  ApplyRunFindings(GradeRunFindings(Reported({{"run.below-physical-floor", "below the floor"}}), *strict), fast);
+  EXPECT_EQ(fast.status(), v1::CORRECT);
+  ASSERT_EQ(fast.verdicts_size(), 1);
+  EXPECT_EQ(fast.verdicts(0).severity(), v1::Verdict::SUSPICIOUS);
+  FinalizeRewardable(fast);
+  EXPECT_TRUE(fast.rewardable());
 }
 
 TEST(RunVerdictsTest, InfoFindingKeepsACorrectResultRewardable) {
