@@ -4,7 +4,9 @@ every GPU case through it, printing one line per case.
 
 Cases: the five KernelBench few-shot pairs (cuda; mnist2, which keeps its conv
 and linear layers in PyTorch, under the lenient anti-cheat profile), every
-CUDA case of the shared corpus (its expect.json decides), the bundled CUDA example, a
+CUDA case of the shared corpus (its expect.json decides), five CUDA hacks again
+with the static layer off so that only the run stage's checks can catch them
+(run-layer/*), the bundled CUDA example, a
 Triton candidate for the `add` problem, a candidate with an nvcc error, and a
 kernel with an out-of-bounds write and one that never ends, each followed by
 an honest job on the same GPU. kboxd runs with its full sandbox.
@@ -106,6 +108,48 @@ def print_speedup_spread(results):
                  cand_ms), flush=True)
 
 
+def expect_rejected_by(rule):
+    return lambda r: (r.get("status") == "REJECTED" and r.get("rewardable") is False and
+                      any(v.get("rule_id") == rule and v.get("severity") == "REJECT"
+                          for v in r.get("verdicts", [])))
+
+
+def expect_honest_slowdown(result):
+    # Correct, but timed with the clock stopped after a device-wide sync: the
+    # unjoined side stream's kernel counts (a naive checker reports 1.48x).
+    return (result.get("status") == "CORRECT" and 0 < result.get("speedup", 0) < 1.0 and
+            not any(v.get("rule_id") == "run.timing-mismatch" for v in result.get("verdicts", [])))
+
+
+def expect_not_correct(result):
+    return result.get("rewardable") is False and result.get("status") in ("INCORRECT", "RUNTIME_ERROR")
+
+
+def dynamic_layer_cases(shared):
+    """CUDA hacks with the static layer off (profile "off"), each with only the
+    run-stage rule under test set to reject: what the run stage alone catches."""
+    hacks = os.path.join(shared, "corpus", "reward-hacks")
+    table = [
+        ("h7_side_stream_cuda", {}, expect_honest_slowdown),
+        ("h2_decoy_branch_cuda", {"run.kernel-not-launched": "reject"},
+         expect_rejected_by("run.kernel-not-launched")),
+        ("h1_matmul_operator_cuda", {"run.library-compute": "reject"},
+         expect_rejected_by("run.library-compute")),
+        ("h12_event_elapsed_patch_cuda", {"run.harness-tampering": "reject"},
+         expect_rejected_by("run.harness-tampering")),
+        ("h5_stale_memory_cuda", {}, expect_not_correct),
+    ]
+    cases = []
+    for name, overrides, check in table:
+        case_dir = os.path.join(hacks, name)
+        if not os.path.isdir(case_dir):
+            continue
+        cases.append(("run-layer/" + name, os.path.join(case_dir, "reference.py"),
+                      os.path.join(case_dir, "candidate.py"), "cuda", check,
+                      {"anticheat_profile": "off", "anticheat_overrides": overrides}))
+    return cases
+
+
 def build_cases(shared):
     few = os.path.join(shared, "datasets", "kernelbench", "few_shot")
     add_ref = os.path.join(few, "model_ex_add.py")
@@ -120,6 +164,7 @@ def build_cases(shared):
             expected = json.load(f)["rewardable"]
         cases.append(("corpus/" + os.path.basename(case_dir), os.path.join(case_dir, "reference.py"),
                       os.path.join(case_dir, "candidate.py"), "cuda", expect_rewardable(expected), {}))
+    cases += dynamic_layer_cases(shared)
     examples = os.path.join(REPO, "docs", "examples")
     cases.append(("example/bias_relu_cuda", os.path.join(examples, "bias_relu", "reference.py"),
                   os.path.join(examples, "bias_relu_cuda", "candidate.py"), "cuda", expect_correct, {}))

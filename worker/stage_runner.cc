@@ -191,9 +191,38 @@ StageOutcome StageRunner::RunSandboxed(const JobWorkspace& ws, v1::Stage stage,
   return outcome;
 }
 
-StageOutcome StageRunner::Run(const JobWorkspace& ws, const v1::StageSpec& spec,
+std::optional<std::string> StageRunner::WriteSecret(const JobWorkspace& ws, uint64_t seed,
+                                                    std::string& path) const {
+  // In the job's home (writable by the sandbox's uid, so the judge can delete
+  // it) and readable by that uid only. The spec files sit in the read-only
+  // source directory, which the candidate's process can read.
+  path = (ws.home_dir() / "kbox_secret.json").string();
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return "cannot create " + path;
+  const std::string text = "{\"seed\": \"" + std::to_string(seed) + "\"}\n";
+  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
+                  (!sandbox_ || ::fchown(fd, sandbox_->uid, sandbox_->gid) == 0);
+  ::close(fd);
+  if (!ok) return "cannot write " + path;
+  return std::nullopt;
+}
+
+StageOutcome StageRunner::Run(const JobWorkspace& ws, const v1::StageSpec& given,
                               const StagePlacement& placement) const {
   StageOutcome outcome;
+  // The seed decides every trial's inputs: a candidate that could read it
+  // could precompute answers. Compile stages do not need it; the run stage
+  // gets it through a file only its judge process reads.
+  v1::StageSpec spec = given;
+  spec.set_seed(0);
+  if (given.stage() == v1::STAGE_RUN) {
+    std::string secret;
+    if (auto error = WriteSecret(ws, given.seed(), secret)) {
+      outcome.process.spawn_error = *error;
+      return outcome;
+    }
+    spec.set_secret_path(secret);
+  }
   std::string json;
   google::protobuf::util::JsonPrintOptions options;
   options.preserve_proto_field_names = true;

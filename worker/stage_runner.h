@@ -115,6 +115,9 @@ class StageRunner {
   const std::optional<SandboxSettings>& sandbox() const { return sandbox_; }
 
  private:
+  // Writes the run stage's secret seed file into the job's home; sets `path`.
+  std::optional<std::string> WriteSecret(const JobWorkspace& workspace, uint64_t seed,
+                                         std::string& path) const;
   StageOutcome RunSandboxed(const JobWorkspace& workspace, v1::Stage stage, ProcessSpec harness,
                             const StagePlacement& placement) const;
 

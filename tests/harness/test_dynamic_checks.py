@@ -84,3 +84,75 @@ def test_degenerate_problem_does_not_fail_an_honest_candidate(tmp_path):
                 "        return e / e.sum(-1, keepdim=True)\n")
     report = _check(job.run("STAGE_RUN", measure_performance=False), "OK")
     assert "run.degenerate-problem" in _rules(report)
+
+
+# -- the judge and the candidate's process ------------------------------------------
+
+def test_candidate_never_sees_the_seed(tmp_path):
+    # The run stage gets its seed through a secret file that the judge deletes
+    # after forking the candidate's process; the spec it can read has none.
+    job = Job(tmp_path, "cand_dyn_seed_hunter.py")
+    secret = os.path.join(job.root, "home", "kbox_secret.json")
+    with open(secret, "w") as f:
+        f.write('{"seed": "987654321"}')
+    result = job.run("STAGE_RUN", seed=None, secret_path=secret, measure_performance=False)
+    report = _check(result, "OK")
+    hunt = [l for l in result.stdout.decode().splitlines() if l.startswith("SEED-HUNT ")]
+    assert hunt, result.stdout
+    assert "987654321" not in hunt[0]
+    assert not os.path.exists(secret)
+    # The trials were drawn from the secret seed all the same.
+    assert {t["seed"] for t in report["trials"]} == {
+        _trial_seed(987654321, i) for i in range(len(report["trials"]))}
+
+
+def _trial_seed(seed, i):
+    import hashlib
+    digest = hashlib.blake2b(("kbox:%d:%s" % (seed, i)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & ((1 << 63) - 1)
+
+
+def test_a_clock_faked_once_per_call_disagrees_with_the_judges_clock(tmp_path):
+    # The stand-in restores itself before the guard looks, so only the
+    # judge's outside measurement can tell.
+    report = _check(_run(tmp_path, "cand_dyn_oneshot_clock.py", performance_trials=8), "OK")
+    assert "run.timing-mismatch" in _rules(report), report.get("verdicts")
+    timing = report["candidate_timing"]
+    assert timing["outside_median_ms"] > 4.0
+    assert timing["median_ms"] < timing["outside_median_ms"] - 3.0
+
+
+def test_honest_candidate_agrees_with_the_judges_clock(tmp_path):
+    report = _check(_run(tmp_path, "cand_dyn_honest.py"), "OK")
+    timing = report["candidate_timing"]
+    assert timing["outside_median_ms"] >= timing["median_ms"]
+    assert "run.timing-mismatch" not in _rules(report)
+
+
+def test_process_creation_is_denied_and_reported(tmp_path):
+    report = _check(_run(tmp_path, "cand_dyn_forbidden.py", measure_performance=False), "OK")
+    assert "run.forbidden-call" in _rules(report)
+    assert "os.system" in next(v["message"] for v in report["verdicts"] if v["rule_id"] == "run.forbidden-call")
+
+
+def test_trials_mix_input_distributions(tmp_path):
+    report = _check(_run(tmp_path, "cand_dyn_honest.py", correctness_trials=4,
+                         measure_performance=False), "OK")
+    assert [t["distribution"] for t in report["trials"]] == [
+        "as-drawn", "scaled", "heavy-tailed", "range-uniform"]
+
+
+def test_a_shortcut_valid_only_near_the_drawn_distribution_fails(tmp_path):
+    report = _check(_run(tmp_path, "cand_dyn_range.py", correctness_trials=4,
+                         measure_performance=False), "INCORRECT")
+    passed = {t["distribution"]: t["passed"] for t in report["trials"]}
+    assert passed["as-drawn"] and not passed["heavy-tailed"]
+
+
+def test_a_candidate_that_kills_its_own_process_is_the_candidates_failure(tmp_path):
+    job = Job(tmp_path, "cand_dyn_honest.py")
+    with open(os.path.join(job.root, "candidate.py"), "a") as f:
+        f.write("\n\nimport os as _os\n_orig = ModelNew.forward\n"
+                "def _die(self, x):\n    _os._exit(7)\nModelNew.forward = _die\n")
+    report = _check(job.run("STAGE_RUN", measure_performance=False), "CANDIDATE_FAILED")
+    assert "died (exit code 7)" in report["message"]

@@ -102,3 +102,30 @@ def test_triton_run_under_strict_filter(tmp_path):
     report = _check(result, "OK")
     print("triton strict phase_ms", report["phase_ms"])
     assert {"tool_broker", "triton_prep", "strict_filter"} <= set(report["phase_ms"])
+
+
+def test_side_stream_work_is_counted_by_the_clock():
+    # A matmul left on a side stream after the current stream's end event:
+    # the device-wide figure counts it; an honest call is timed by its events.
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "worker", "harness"))
+    from kbox_harness import timing
+    device = torch.device("cuda:0")
+    flush = timing.L2Flush(device)
+    latency = timing.sync_latency(device, flush)
+    a = torch.randn(4096, 4096, device=device)
+    side = torch.cuda.Stream()
+
+    def honest():
+        return a @ a
+
+    def hidden():
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            return a @ a
+
+    honest_ms = sorted(timing.timed_call(honest, device, flush, latency)[0] for _ in range(9))[4]
+    hidden_ms = sorted(timing.timed_call(hidden, device, flush, latency)[0] for _ in range(9))[4]
+    assert hidden_ms > 0.7 * honest_ms, (honest_ms, hidden_ms, latency)
+    assert latency < 0.5

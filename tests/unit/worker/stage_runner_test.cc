@@ -314,6 +314,36 @@ TEST_F(StageRunnerTest, RunReportsCrashWithLastParty) {
   EXPECT_TRUE(fs::exists(ws_->src_dir() / "run_spec.json"));
 }
 
+TEST_F(StageRunnerTest, SeedReachesOnlyTheRunStagesSecretFile) {
+  // The spec files sit in the read-only source directory the candidate can
+  // read: the seed must not be in them. The run stage's judge gets it from a
+  // 0600 file in the job's home, which it deletes after forking.
+  HarnessSettings settings = TestSettings(tmp_.path());
+  settings.python = WriteFakeInterpreter(tmp_.path(),
+                                         "/bin/cp \"$5\" \"$HOME/seen_$(basename \"$5\")\"\n"
+                                         "printf '{\"report\":{\"outcome\":\"OK\"}}\\n' >&3\n")
+                        .string();
+  const StageRunner runner(settings, std::nullopt);
+  StagePlacement placement;
+  placement.wall_limit = 30s;
+  for (const v1::Stage stage : {v1::STAGE_COMPILE, v1::STAGE_RUN}) {
+    v1::StageSpec spec;
+    spec.set_stage(stage);
+    spec.set_seed(987654321);
+    const StageOutcome outcome = runner.Run(*ws_, spec, placement);
+    ASSERT_TRUE(outcome.report.has_value()) << outcome.process.output_tail;
+  }
+  for (const char* name : {"seen_compile_spec.json", "seen_run_spec.json"}) {
+    const std::string seen = ReadAll(ws_->home_dir() / name);
+    EXPECT_EQ(seen.find("987654321"), std::string::npos) << name << ": " << seen;
+  }
+  const fs::path secret = ws_->home_dir() / "kbox_secret.json";
+  EXPECT_NE(ReadAll(ws_->home_dir() / "seen_run_spec.json").find(secret.string()), std::string::npos);
+  EXPECT_NE(ReadAll(secret).find("\"987654321\""), std::string::npos);
+  EXPECT_EQ(fs::status(secret).permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write);
+}
+
 TEST_F(StageRunnerTest, RunRefusesToReuseSpecFile) {
   HarnessSettings settings = TestSettings(tmp_.path());
   settings.python = "/bin/true";

@@ -7,10 +7,11 @@ which threads it left behind, and whether it replaced functions the
 evaluator relies on. Findings go to the stage report with a rule id; kboxd
 grades them with the request's anti-cheat profile.
 
-All of this runs in the candidate's own interpreter, so a determined
-candidate can interfere with it; it is one layer, and the comparison and
-the clock are kept out of reach where they can be (timing.py captures its
-functions before any client code loads).
+The checks that look inside forward (types, aliasing, threads, the op trace,
+the guard) run in the candidate's process, where a determined candidate can
+interfere with them; they are one layer. The judgement itself (comparison,
+tolerance, input mutation, the clock cross-check) runs in the judge process,
+which never runs candidate code (run_stage.py).
 """
 import collections
 import math
@@ -57,7 +58,11 @@ def tensors(x):
     return []
 
 
-def _storage_ptr(t):
+def flatten_outputs(out):
+    return compare.flatten(out)
+
+
+def storage_ptr(t):
     try:
         return t.untyped_storage().data_ptr()
     except AttributeError:  # PyTorch < 2.0
@@ -84,36 +89,6 @@ def same_values(a, b):
     return True
 
 
-# -- the output contract -----------------------------------------------------------
-
-def output_contract(cand_out, ref_out, cand_inputs, ref_inputs):
-    """Why the candidate's output breaks the contract, or None.
-
-    Exactly torch.Tensor (no subclass, no tensor-like object), the
-    reference's device, and no storage shared with an input unless the
-    reference's output shares one with its own inputs too (not checked when
-    ref_inputs is None).
-    """
-    refs, cands = compare.flatten(ref_out), compare.flatten(cand_out)
-    if len(refs) != len(cands):
-        return None  # The comparison reports the count.
-    check_alias = ref_inputs is not None
-    ref_in_ptrs = {_storage_ptr(t) for t in tensors(ref_inputs)} if check_alias else set()
-    cand_in_ptrs = {_storage_ptr(t) for t in tensors(cand_inputs)} if check_alias else set()
-    for i, (r, c) in enumerate(zip(refs, cands)):
-        where = "output %d " % i if len(refs) > 1 else "output "
-        if not isinstance(r, torch.Tensor):
-            continue
-        if type(c) is not torch.Tensor:
-            return where + "is a %s, not a plain torch.Tensor" % type(c).__name__
-        if c.device != r.device:
-            return where + "is on %s, the reference's on %s" % (c.device, r.device)
-        ref_aliases = _storage_ptr(r) in ref_in_ptrs
-        if check_alias and not ref_aliases and _storage_ptr(c) in cand_in_ptrs:
-            return where + "shares storage with an input (the reference's does not)"
-    return None
-
-
 # -- memory the candidate could find -------------------------------------------------
 
 def poison(out, keep):
@@ -122,9 +97,9 @@ def poison(out, keep):
     allocator hands to the candidate later can never hold the right answer.
     Tensors sharing storage with anything in `keep` (inputs, parameters) are
     left alone."""
-    kept = {_storage_ptr(t) for t in keep}
+    kept = {storage_ptr(t) for t in keep}
     for t in tensors(out):
-        if _storage_ptr(t) in kept or not t.numel():
+        if storage_ptr(t) in kept or not t.numel():
             continue
         with torch.no_grad():
             if t.is_floating_point() or t.is_complex():
@@ -243,9 +218,14 @@ def _watched():
     # first imported (which loading an extension can do), and the harness
     # seeds through torch.random anyway.
     pairs += [(torch, n) for n in ("allclose", "equal", "isclose", "save", "load")]
+    # Also what the harness itself calls on inputs between timed calls
+    # (perturbing, shifting): a replaced __mul__ could do the work there,
+    # before the clock starts.
     pairs += [(torch.Tensor, n) for n in ("__eq__", "__ne__", "allclose", "equal", "cpu", "to", "clone",
                                           "copy_", "detach", "numpy", "tolist", "item", "__repr__",
-                                          "data_ptr", "__torch_function__")]
+                                          "data_ptr", "__torch_function__", "__mul__", "__getitem__",
+                                          "view", "contiguous", "element_size", "numel")]
+    pairs += [(torch, n) for n in ("empty", "empty_like", "from_numpy", "frombuffer")]
     pairs += [(torch.testing, "assert_close")]
     pairs += [(torch.cuda, n) for n in ("synchronize", "current_stream", "Event", "Stream")]
     pairs += [(torch.cuda.Event, n) for n in ("record", "elapsed_time", "synchronize", "query")]

@@ -68,6 +68,9 @@ class StageSpec(object):
         self.max_log_bytes = _int(d.get("max_log_bytes")) or DEFAULT_MAX_LOG_BYTES
         self.strict_seccomp_bpf = str(d.get("strict_seccomp_bpf") or "")
         self.ptxas_path = str(d.get("ptxas_path") or "")
+        kernels = d.get("candidate_kernels") or []
+        self.candidate_kernels = [str(k) for k in kernels] if isinstance(kernels, list) else []
+        self.secret_path = str(d.get("secret_path") or "")
 
     @property
     def is_gpu(self):

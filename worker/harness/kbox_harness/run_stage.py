@@ -1,55 +1,50 @@
-"""STAGE_RUN: load reference and candidate on the device, check, then time them."""
-import copy
-import hashlib
+"""STAGE_RUN: the judge. Runs the reference, compares, times; never runs candidate code.
+
+The stage is two processes (docs/anticheat.md, "Two processes"). This one,
+the judge, forks the candidate's process first (candidate_worker.py: before
+CUDA, before the reference loads, before kboxd's seed is read), then holds
+the reference model, the trial inputs, the reference's outputs and the
+comparison. It hands the candidate's process each input as a file, reads the
+candidate's output back from a file it opens itself, and times the reference
+and the candidate in interleaved rounds, checking the candidate's own clock
+against its own.
+"""
+import json
+import os
 import random
+import shutil
+import sys
+import tempfile
 
 import torch
 
-from . import (candidate_import, compare, dynamic_checks, errors, extension_hook, fingerprint,
-               modules, sanitize, strict_filter, timing)
+from . import (candidate_worker, channel, compare, dynamic_checks, errors, exchange, fingerprint,
+               inputs, modules, sanitize, strict_filter, timing)
+from . import candidate_import, judge_timing, judging
 from .protocol import CANDIDATE, HARNESS, REFERENCE
 
 _DTYPES = {"PRECISION_FP16": torch.float16, "PRECISION_BF16": torch.bfloat16}
 
-# Seeding functions as they were before any client code loaded: a candidate
-# that replaced torch.manual_seed at import must not choose the reference's
-# weights (the guard does not watch it: PyTorch 2 rewraps it itself).
-_manual_seed = torch.manual_seed
-_cuda_manual_seed_all = torch.cuda.manual_seed_all
-_random_seed = random.seed
-
-# Harness modules whose functions the guard watches (besides torch and time).
-_GUARDED_MODULES = (compare, dynamic_checks, errors, modules, sanitize, timing)
-
-# Timing stops once both medians are known to 1 % (95 % confidence) after at
-# least performance_trials calls each, or at this budget, or at
-# _MAX_CALLS_FACTOR * performance_trials calls.
-_TIMING_BUDGET_MS = 10000.0
-_MAX_CALLS_FACTOR = 10
-_TIMING_POOL = 4          # distinct input sets drawn for timing
-_SPOT_CHECK_SHARE = 0.25  # timed outputs compared with the reference's
+_MAX_EXCHANGE_BYTES = 8 << 30
 
 
-class ClientFailed(Exception):
-    """Client code (reference or candidate) raised; `party` says whose."""
 
-    def __init__(self, party, exc):
-        Exception.__init__(self, party)
-        self.party = party
-        self.exc = exc
-
-
-class StageEnd(Exception):
-    """Ends the stage early with the report as it stands."""
-
-
-def trial_seed(seed, i):
-    """63-bit seed of trial i (or of a named phase), stable across hosts and versions."""
-    digest = hashlib.blake2b(("kbox:%d:%s" % (seed, i)).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") & ((1 << 63) - 1)
+def read_secret(spec):
+    """kboxd's seed. From the secret file when kboxd wrote one (it is deleted
+    at once, after the candidate's process was forked, so that process never
+    sees it); else from the spec (tests, and the insecure mode's old specs)."""
+    if not spec.secret_path:
+        return spec.seed
+    with open(spec.secret_path, "r", encoding="utf-8") as f:
+        secret = json.load(f)
+    try:
+        os.unlink(spec.secret_path)
+    except OSError:
+        pass
+    return int(secret["seed"])
 
 
-class RunStage(object):
+class RunStage(judge_timing.TimingRounds):
     def __init__(self, spec, pipe):
         self.spec = spec
         self.pipe = pipe
@@ -59,39 +54,92 @@ class RunStage(object):
         self.phase_ms = {}
         self.trials = []
         self.report = {"phase_ms": self.phase_ms}
-        self.broker = None
         self.findings = dynamic_checks.Findings()
-        self.guard = None
         self.rng = random.SystemRandom()
+        self.child = None
+        self.seed = 0
+        self.exchange_dir = None
+        self.files = 0
+        self.ref_sample = None  # (inputs, reference output) of trial 0, for the floor
 
     # -- running client code ------------------------------------------------
-    def call(self, party, fn, *args):
-        """Runs fn under `party`; any exception becomes ClientFailed(party).
-        Afterwards every function the evaluator relies on is put back if
-        client code replaced it; when the candidate did, that is a finding."""
-        self.pipe.enter(party)
+    def call(self, fn, *args):
+        """Runs reference code; any exception becomes judging.ClientFailed(REFERENCE)."""
+        self.pipe.enter(REFERENCE)
         try:
             return fn(*args)
-        except extension_hook.InfraError:
-            raise
         except BaseException as e:
-            raise ClientFailed(party, e)
+            raise judging.ClientFailed(REFERENCE, exc=e)
         finally:
-            self._check_guard(party)
+            self.pipe.enter(HARNESS)
 
-    def _check_guard(self, party):
-        if self.guard is None:
-            return
-        replaced = self.guard.check()
-        if replaced and party == CANDIDATE:
-            self.findings.add("run.harness-tampering",
-                              "candidate replaced %s" % ", ".join(replaced[:6]))
+    def ask(self, cmd, party=CANDIDATE):
+        """Sends one command to the candidate's process and returns its reply.
+        While it works, kboxd is told whose code runs (`party`), so a timeout
+        or a crash there is blamed correctly."""
+        self.send(cmd, party)
+        return self.receive(party)
+
+    def send(self, cmd, party=CANDIDATE):
+        self.pipe.enter(party)
+        try:
+            self.child.send(cmd)
+        except OSError:
+            self._child_gone(party)
+
+    def receive(self, party=CANDIDATE):
+        self.pipe.enter(party)
+        try:
+            reply = self.child.receive()
+        except channel.ChannelClosed:
+            self._child_gone(party)
+        except channel.ProtocolError as e:
+            self.pipe.enter(HARNESS)
+            if party == CANDIDATE:
+                raise judging.ClientFailed(CANDIDATE, message="candidate broke the harness protocol: %s" % e)
+            raise judging.HarnessFailed("candidate process: %s" % e)
+        self.pipe.enter(HARNESS)
+        self._take_findings(reply.get("findings"))
+        if "error" in reply:
+            raise judging.ClientFailed(CANDIDATE, error=reply.get("error"),
+                               message=str(reply.get("message") or "candidate raised"))
+        if "harness_error" in reply:
+            if party == CANDIDATE:
+                # Raised while candidate code ran: kbox cannot tell it from a
+                # candidate that broke the process's harness side.
+                raise judging.ClientFailed(CANDIDATE, message="candidate's process failed: %s"
+                                   % errors.one_line(str(reply["harness_error"])))
+            raise judging.HarnessFailed("candidate process: %s" % reply["harness_error"])
+        return reply
+
+    def _child_gone(self, party):
+        self.pipe.enter(HARNESS)
+        how = self.child.exit_status()
+        self._take_findings(None)
+        if party == CANDIDATE and how == "signal SIGSYS":
+            raise judging.ClientFailed(CANDIDATE, violation=True, message=(
+                "candidate tried to create a process or run a program, which the sandbox forbids "
+                "once candidate code runs (killed by the strict seccomp filter)"))
+        if party == CANDIDATE:
+            raise judging.ClientFailed(CANDIDATE, message="candidate's process died (%s)" % how)
+        raise judging.HarnessFailed("the candidate's process died (%s) before running candidate code" % how)
+
+    def _take_findings(self, pairs):
+        for pair in pairs or []:
+            if isinstance(pair, list) and len(pair) == 2:
+                rule, message = str(pair[0]), str(pair[1])
+                if rule.startswith("run."):
+                    self.findings.add(rule, errors.one_line(message))
+        for line in self.child.audit.drain():
+            rule, _, text = line.partition(" ")
+            if rule == "run.forbidden-call":
+                self.findings.add(rule, "denied " + text)
 
     def seed_all(self, seed):
-        _manual_seed(seed)
-        _random_seed(seed)
+        torch.manual_seed(seed)
+        random.seed(seed)
         if self.device.type == "cuda":
-            _cuda_manual_seed_all(seed)
+            torch.cuda.manual_seed_all(seed)
         try:
             import numpy
             numpy.random.seed(seed % (1 << 32))
@@ -107,61 +155,69 @@ class RunStage(object):
             return type(x)(self.prepare(v) for v in x)
         return x
 
-    def clone(self, x):
-        if isinstance(x, torch.Tensor):
-            return x.clone()
-        if isinstance(x, (list, tuple)):
-            return type(x)(self.clone(v) for v in x)
-        try:
-            return copy.deepcopy(x)
-        except Exception:
-            return x
-
     def build_model(self, cls, init, seed):
         self.seed_all(seed)
-        model = cls(*copy.deepcopy(init))
+        model = cls(*init)
         if isinstance(model, torch.nn.Module):
             model.to(self.device)
             model.to(self.dtype)  # casts floating parameters and buffers only
         return model
 
-    def forward(self, model, inputs):
+    def forward(self, model, x):
         with torch.no_grad():
-            out = model(*inputs)
+            out = model(*x)
         timing.device_sync(self.device)  # async CUDA errors belong to this party
         return out
 
-    def inputs(self, seed, get_inputs):
-        raw = self.call(REFERENCE, lambda: (self.seed_all(seed), list(get_inputs()))[1])
-        self.pipe.enter(HARNESS)
-        return self.prepare(raw)
+    def draw(self, seed, get_inputs):
+        return self.call(lambda: (self.seed_all(seed), list(get_inputs()))[1])
+
+    def new_file(self, tag):
+        self.files += 1
+        return os.path.join(self.exchange_dir, "%s-%d.kbt" % (tag, self.files))
+
+    def write(self, obj, tag):
+        path = self.new_file(tag)
+        exchange.save(path, obj)
+        return path
+
+    def read_candidate(self, path):
+        """The candidate's output file, or None when it cannot be read (what
+        the candidate's process wrote is untrusted: a hostile file is a failed
+        trial, never an error of kbox)."""
+        try:
+            return exchange.load(path, device=self.device, max_bytes=_MAX_EXCHANGE_BYTES)
+        except (exchange.FormatError, OSError):
+            return None
+        finally:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
 
     # -- the stage ----------------------------------------------------------
     def run(self):
         self.pipe.enter(HARNESS)
-        # Taken before any client code (the reference's included) has run.
-        self.guard = dynamic_checks.Guard(_GUARDED_MODULES)
-        if self.spec.ptxas_path:
-            # Forked first: before CUDA exists in this process and before any
-            # client code could tamper with what the broker inherits.
-            t0 = timing.now_ms()
-            from . import tool_broker
-            self.broker = tool_broker.Broker(self.spec.ptxas_path).start()
-            self._timed("tool_broker", t0)
-        self.report["fingerprint"] = dict(fingerprint.software(), **fingerprint.device(self.device))
+        t0 = timing.now_ms()
+        self.child = candidate_worker.CandidateProcess(self.pipe.fd)
+        self._timed("fork_candidate", t0)
         try:
+            self.seed = read_secret(self.spec)
+            self.report["fingerprint"] = dict(fingerprint.software(), **fingerprint.device(self.device))
+            self.exchange_dir = tempfile.mkdtemp(prefix="kbox-exchange-")
+            os.chmod(self.exchange_dir, 0o700)
             self._run()
-        except ClientFailed as f:
+        except judging.ClientFailed as f:
             self.pipe.enter(HARNESS)
-            who = "reference" if f.party == REFERENCE else "candidate"
-            self.report.update(
-                outcome="REFERENCE_FAILED" if f.party == REFERENCE else "CANDIDATE_FAILED",
-                message=errors.one_line("%s raised %s" % (who, sanitize.sanitize(
-                    errors.exception_line(f.exc), self.scrubber))),
-                error=errors.runtime_error(f.exc, "PHASE_RUN", self.scrubber,
-                                           self.spec.max_log_bytes, self.spec.candidate_path))
-        except StageEnd:
+            self._client_failed(f)
+        except judging.StageEnd:
             pass
+        finally:
+            self.pipe.enter(HARNESS)
+            self.child.close()
+            self._take_findings(None)
+            if self.exchange_dir:
+                shutil.rmtree(self.exchange_dir, ignore_errors=True)
         if self.trials:
             self.report["trials"] = self.trials
         verdicts = self.findings.verdicts()
@@ -169,11 +225,67 @@ class RunStage(object):
             self.report["verdicts"] = verdicts
         return self.report
 
+    def _client_failed(self, f):
+        if f.party == REFERENCE:
+            self.report.update(
+                outcome="REFERENCE_FAILED",
+                message=errors.one_line("reference raised %s" % sanitize.sanitize(
+                    errors.exception_line(f.exc), self.scrubber)),
+                error=errors.runtime_error(f.exc, "PHASE_RUN", self.scrubber,
+                                           self.spec.max_log_bytes, self.spec.candidate_path))
+            return
+        error = f.error if isinstance(f.error, dict) else {
+            "type": "SandboxViolation" if f.violation else "CandidateProcessError",
+            "message": f.message, "traceback": "", "candidate_line": 0, "phase": "PHASE_RUN"}
+        denied = self._denied(f.message)
+        if f.violation:
+            outcome, message = "CANDIDATE_VIOLATION", f.message
+        elif denied:
+            outcome, message = "CANDIDATE_VIOLATION", denied
+        else:
+            outcome, message = "CANDIDATE_FAILED", f.message
+        self.report.update(outcome=outcome, message=errors.one_line(message), error=error)
+
+    def _denied(self, then):
+        """When the candidate failed after the audit hook refused it something,
+        what it tried is the story, not the exception it then hit: the message
+        for a CANDIDATE_VIOLATION; None when nothing was refused."""
+        denied = self.child.audit.drain()
+        if not denied:
+            return None
+        return errors.one_line("candidate tried %s, which the sandbox forbids (then: %s)"
+                               % (denied[0].partition(" ")[2], then))
+
     def _timed(self, name, t0):
         self.phase_ms[name] = timing.now_ms() - t0
 
+    def _child_spec(self):
+        """The spec the candidate's process gets: no seed, nothing of the reference's."""
+        spec = self.spec
+        return {"stage": spec.stage, "reference_path": spec.reference_path,
+                "candidate_path": spec.candidate_path, "build_dir": spec.build_dir,
+                "backend": spec.backend, "precision": spec.precision,
+                "max_log_bytes": spec.max_log_bytes,
+                "strict_seccomp_bpf": spec.strict_seccomp_bpf, "ptxas_path": spec.ptxas_path}
+
+    def _audit_roots(self):
+        """What the candidate's Python code may open: the job's own directories
+        and the installed software (read), the job's scratch (write)."""
+        spec = self.spec
+        job = [os.path.dirname(spec.candidate_path), spec.build_dir]
+        scratch = [spec.build_dir, tempfile.gettempdir()]
+        for name in ("HOME", "TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR", "CUDA_CACHE_PATH"):
+            if os.environ.get(name):
+                scratch.append(os.environ[name])
+        installed = ["/usr", "/opt", "/lib", "/lib64", "/etc/ld.so.cache", "/dev/null",
+                     "/dev/urandom", "/dev/shm", "/proc/self/maps", "/proc/cpuinfo"]
+        installed += [p for p in [sys.prefix, sys.base_prefix, sys.exec_prefix] + sys.path if p]
+        installed.append(os.path.dirname(os.path.dirname(torch.__file__)))
+        return {"read_roots": sorted(set(job + scratch + installed)),
+                "write_roots": sorted(set(scratch + ["/dev/shm", "/dev/null"]))}
+
     def _init_cuda(self):
-        """Everything CUDA sets up once (context, its threads and memfds, cuBLAS)
+        """Everything CUDA sets up once (context, its threads, cuBLAS)
         happens here, before the strict filter, under HARNESS."""
         torch.cuda.init()
         x = torch.ones((16, 16), device=self.device)
@@ -181,71 +293,69 @@ class RunStage(object):
         torch.cuda.synchronize(self.device)
         del x, y
 
-    def _prepare_triton(self):
-        from . import triton_prep
-        if self.spec.strict_seccomp_bpf:
-            triton_prep.warm()
-        if self.broker is not None:
-            triton_prep.install(self.broker)
-
     def _run(self):
         spec = self.spec
+        # The candidate's process sets itself up while this one does.
+        t0 = timing.now_ms()
+        self.send({"op": "setup", "spec": self._child_spec()}, HARNESS)
         if self.device.type == "cuda":
-            t0 = timing.now_ms()
             self._init_cuda()
-            self._timed("cuda_init", t0)
-        if spec.backend == "BACKEND_TRITON" and (spec.strict_seccomp_bpf or self.broker):
-            t0 = timing.now_ms()
-            self._prepare_triton()
-            self._timed("triton_prep", t0)
-        t0 = timing.now_ms()
-        ref = self.call(REFERENCE, modules.load_module, modules.REFERENCE_MODULE,
-                        spec.reference_path)
-        Model = self.call(REFERENCE, modules.require, ref, "Model", "reference")
-        get_inputs = self.call(REFERENCE, modules.require, ref, "get_inputs", "reference")
-        get_init_inputs = self.call(REFERENCE, modules.require, ref, "get_init_inputs",
-                                    "reference")
-        self._timed("import_reference", t0)
-
+        t1 = timing.now_ms()
+        Model, get_inputs, get_init_inputs = self.call(_load_reference, spec.reference_path)
+        self._timed("import_reference", t1)
         if spec.strict_seccomp_bpf:
-            # From here on no thread of this process may fork or exec.
-            self.pipe.enter(HARNESS)
-            # Its import looks for nvcc/hipcc with `which` when CUDA_HOME /
-            # ROCM_HOME are unset: done now, while a process may still start.
-            import torch.utils.cpp_extension  # noqa: F401
-            t0 = timing.now_ms()
+            t1 = timing.now_ms()
             strict_filter.install(spec.strict_seccomp_bpf)
-            self._timed("strict_filter", t0)
+            self._timed("strict_filter", t1)
+        setup = self.receive(HARNESS)
+        self.phase_ms.update(setup.get("phase_ms") or {})
+        self._timed("setup", t0)
 
-        ModelNew = self._import_candidate()
-        self._check_guard(CANDIDATE)  # Import-time patches (timers, comparisons).
+        imported = self.ask(dict({"op": "import"}, **self._audit_roots()))
+        self.phase_ms["import_candidate"] = float(imported.get("import_ms") or 0.0)
+        if "compile_failed" in imported:
+            failed = imported["compile_failed"]
+            message = errors.one_line(str(failed.get("message")))
+            denied = self._denied(message)
+            if denied:
+                self.report.update(outcome="CANDIDATE_VIOLATION", message=denied, error={
+                    "type": "SandboxViolation", "message": denied, "phase": "PHASE_RUN",
+                    "traceback": str((failed.get("compile_log") or {}).get("text", "")),
+                    "candidate_line": int((failed.get("compile_log") or {}).get("first_error_line") or 0)})
+            else:
+                self.report.update(outcome="COMPILE_FAILED", message=message,
+                                   compile_log=failed.get("compile_log"))
+            raise judging.StageEnd()
 
         t0 = timing.now_ms()
-        init = self.call(REFERENCE, lambda: (self.seed_all(spec.seed), list(get_init_inputs()))[1])
-        ref_model = self.call(REFERENCE, self.build_model, Model, init, spec.seed)
-        cand_model = self.call(CANDIDATE, self.build_model, ModelNew, init, spec.seed)
-        self.pipe.enter(HARNESS)
+        model_seed = judging.trial_seed(self.seed, "model")
+        init = self.call(lambda: (self.seed_all(model_seed), list(get_init_inputs()))[1])
+        try:
+            init_file = self.write(init, "init")
+        except (TypeError, ValueError) as e:
+            raise judging.ClientFailed(REFERENCE, exc=ValueError(
+                "get_init_inputs() returned values kbox cannot pass on: %s" % e))
+        ref_model = self.call(self.build_model, Model, init, model_seed)
+        self.ask({"op": "build", "init": init_file, "model_seed": model_seed})
         self._timed("build_models", t0)
 
         t0 = timing.now_ms()
-        first = None  # (inputs, candidate output, atol) of trial 0
+        first = None  # (input file, candidate output, atol) of trial 0
         try:
             for i in range(spec.correctness_trials):
-                seed = trial_seed(spec.seed, i)
-                inputs = self.inputs(seed, get_inputs)
-                result, cand_out, atol = self._trial(ref_model, cand_model, inputs)
-                self.trials.append(dict(result, seed=seed))
+                result, cand_out, atol, in_file = self._trial(i, ref_model, get_inputs)
+                self.trials.append(result)
                 if i == 0 and result["passed"]:
-                    first = (inputs, cand_out, atol)
+                    first = (in_file, cand_out, atol)
                 del cand_out
         finally:
             self._timed("correctness", t0)
 
         failed = [t for t in self.trials if not t["passed"]]
         if failed:
-            worst = _worst([t["max_abs_diff"] for t in self.trials])
+            worst = judging.worst([t["max_abs_diff"] for t in self.trials])
             message = "%d of %d trials differ; max abs diff %s" % (
-                len(failed), len(self.trials), _fmt(worst))
+                len(failed), len(self.trials), judging.fmt(worst))
             reasons = [t["failure"] for t in failed if t.get("failure")]
             if reasons:
                 message += "; " + reasons[0]
@@ -254,33 +364,34 @@ class RunStage(object):
 
         if first is not None:
             t0 = timing.now_ms()
-            self._second_looks(cand_model, *first)
+            self._second_looks(*first)
             self._timed("dynamic_checks", t0)
         if spec.measure_performance and spec.performance_trials > 0:
             t0 = timing.now_ms()
             try:
-                self._measure(ref_model, cand_model, get_inputs)
+                self._measure(ref_model, get_inputs)
             finally:
                 self._timed("timing", t0)
         self.report.update(outcome="OK", message="correct on %d trials" % len(self.trials))
 
     # -- one correctness trial ------------------------------------------------
-    def _keep(self, inputs, model):
-        """Tensors the reference's output may legitimately share storage with."""
-        keep = list(dynamic_checks.tensors(inputs))
-        if isinstance(model, torch.nn.Module):
-            keep += list(model.parameters()) + list(model.buffers())
-        return keep
-
-    def _reference_output(self, ref_model, ref_in, fn=None):
-        """Runs the reference, keeps a copy of its output, and poisons the
-        original so no later allocation can hand it to the candidate."""
-        out = self.call(REFERENCE, fn or self.forward, ref_model, ref_in)
-        self.pipe.enter(HARNESS)
-        saved = self.clone(out)
-        dynamic_checks.poison(out, self._keep(ref_in, ref_model))
-        del out
-        return saved
+    def _trial_inputs(self, i, get_inputs, ref_model):
+        """(distribution, inputs, reference inputs after forward, reference output)."""
+        seed = judging.trial_seed(self.seed, i)
+        raw = self.draw(seed, get_inputs)
+        name = inputs.for_trial(i)
+        if name != inputs.AS_DRAWN:
+            x = self.prepare(inputs.transform(raw, name, judging.trial_seed(self.seed, "dist-%d" % i)))
+            ref_in = inputs.clone(x)
+            out = self.call(self.forward, ref_model, ref_in)
+            if _all_finite(out) or not _all_finite_sample(self.ref_sample):
+                return name, x, ref_in, out
+            # The reference is not defined off its own distribution here
+            # (NaN or Inf where the drawn inputs gave none): use the draw.
+        x = self.prepare(raw)
+        ref_in = inputs.clone(x)
+        out = self.call(self.forward, ref_model, ref_in)
+        return inputs.AS_DRAWN, x, ref_in, out
 
     def _tolerance(self, ref_out):
         """The request's atol, tightened when a trivial output would pass."""
@@ -293,199 +404,112 @@ class RunStage(object):
                           % (name, self.spec.atol, tight))
         return tight
 
-    def _trial(self, ref_model, cand_model, inputs):
-        """(TrialResult fields, candidate output, atol used) of one trial."""
-        ref_in, cand_in = self.clone(inputs), self.clone(inputs)
-        ref_out = self._reference_output(ref_model, ref_in)
-        ref_kept = dynamic_checks.same_values(ref_in, inputs)
-        threads = dynamic_checks.thread_snapshot()
-        cand_out = self.call(CANDIDATE, self.forward, cand_model, cand_in)
-        self.pipe.enter(HARNESS)
-        left = dynamic_checks.new_threads(threads)
-        if left:
-            self.findings.add("run.thread-started", "forward left %d thread(s) running (%s)" % (
-                len(left), ", ".join(sorted({t.name for t in left}))[:80]))
+    def _trial(self, i, ref_model, get_inputs):
+        """(TrialResult, candidate output, atol used, input file) of trial i."""
+        seed = judging.trial_seed(self.seed, i)
+        name, x, ref_in, ref_out = self._trial_inputs(i, get_inputs, ref_model)
+        if i == 0:
+            self.ref_sample = (x, ref_out)
+        ref_kept = dynamic_checks.same_values(ref_in, x)
+        in_file = self.write(x, "trial")
+        out_file = self.new_file("out")
+        reply = self.ask({"op": "forward", "inputs": in_file, "out": out_file})
         atol = self._tolerance(ref_out)
-        # Before anything touches the output: a subclass may run code when used.
-        broken = dynamic_checks.output_contract(cand_out, ref_out, cand_in, ref_in)
-        if broken:
-            self.findings.add("run.output-contract", broken)
-            return _failed(broken), None, atol
-        if not dynamic_checks.same_values(cand_in, inputs) and not dynamic_checks.same_values(cand_in, ref_in):
-            message = "candidate changed its inputs (the reference leaves them as they were)" \
-                if ref_kept else "candidate changed its inputs differently from the reference"
-            self.findings.add("run.input-mutation", message)
-            return _failed(message), None, atol
-        return self._compare(ref_out, cand_out, atol), cand_out, atol
+        cand_out, broken = self._candidate_output(reply, out_file, x, ref_in, ref_out)
+        if broken is None and cand_out is not None:
+            result = self._compare(ref_out, cand_out["out"], atol)
+            cand_in = cand_out["inputs"]
+            if not dynamic_checks.same_values(cand_in, x) and not dynamic_checks.same_values(cand_in, ref_in):
+                broken = "candidate changed its inputs (the reference leaves them as they were)" \
+                    if ref_kept else "candidate changed its inputs differently from the reference"
+                self.findings.add("run.input-mutation", broken)
+        if broken is not None:
+            result = judging.failed(broken)
+        result = dict(result, seed=seed, distribution=name)
+        return result, (cand_out or {}).get("out"), atol, in_file
 
-    def _second_looks(self, cand_model, inputs, first_out, atol):
+    def _candidate_output(self, reply, out_file, x, ref_in, ref_out):
+        """({"out", "inputs"} read back, why the output breaks the contract or None)."""
+        if reply.get("contract"):
+            broken = errors.one_line(str(reply["contract"]))
+            self.findings.add("run.output-contract", broken)
+            return None, broken
+        data = self.read_candidate(out_file)
+        if not isinstance(data, dict) or "out" not in data or "inputs" not in data:
+            return None, "the candidate's output file could not be read"
+        aliases = reply.get("aliases") or []
+        ref_ptrs = {dynamic_checks.storage_ptr(t) for t in dynamic_checks.tensors(ref_in)}
+        refs = dynamic_checks.flatten_outputs(ref_out)
+        for k, r in enumerate(refs):
+            ref_aliases = isinstance(r, torch.Tensor) and dynamic_checks.storage_ptr(r) in ref_ptrs
+            if k < len(aliases) and aliases[k] is True and not ref_aliases:
+                where = "output %d " % k if len(refs) > 1 else "output "
+                broken = where + "shares storage with an input (the reference's does not)"
+                self.findings.add("run.output-contract", broken)
+                return None, broken
+        return data, None
+
+    def _second_looks(self, in_file, first_out, atol):
         """Trial 0's input again: the same answer (determinism), and the ATen
-        ops forward dispatches (library compute the text did not show)."""
-        again = self.call(CANDIDATE, self.forward, cand_model, self.clone(inputs))
-        self.pipe.enter(HARNESS)
-        same = self._compare(first_out, again, atol)
-        if not same["passed"]:
-            self.findings.add("run.nondeterministic",
-                              "trial 0's input gave different outputs on a second call (max abs diff %s)"
-                              % _fmt(same["max_abs_diff"]))
-        del again
-        traced, ops = self.call(CANDIDATE, dynamic_checks.trace_ops,
-                                lambda: self.forward(cand_model, self.clone(inputs)))
-        self.pipe.enter(HARNESS)
-        del traced
-        library = dynamic_checks.library_ops(ops)
+        ops and kernels forward dispatches (library compute the text did not
+        show, a decoy kernel that never launches)."""
+        out_file = self.new_file("again")
+        reply = self.ask({"op": "forward", "inputs": in_file, "out": out_file})
+        data = None if reply.get("contract") else self.read_candidate(out_file)
+        if isinstance(data, dict) and "out" in data:
+            same = self._compare(first_out, data["out"], atol)
+            if not same["passed"]:
+                self.findings.add("run.nondeterministic",
+                                  "trial 0's input gave different outputs on a second call (max abs diff %s)"
+                                  % judging.fmt(same["max_abs_diff"]))
+        kernels = list(self.spec.candidate_kernels)
+        probe = self.ask({"op": "probe", "inputs": in_file, "kernels": bool(kernels)})
+        library = [str(op) for op in probe.get("ops") or []]
         if library:
             self.findings.add("run.library-compute",
                               "forward dispatched library compute: " + ", ".join(library[:8]))
+        if probe.get("profiled") and kernels:
+            launched = [str(k) for k in probe.get("kernels") or []]
+            if not any(_names_kernel(k, name) for k in launched for name in kernels):
+                self.findings.add("run.kernel-not-launched",
+                                  "none of the candidate's kernels (%s) launched during forward; "
+                                  "%d other kernel(s) did" % (", ".join(kernels[:4]), len(launched)))
+        elif kernels and probe.get("profiler_error"):
+            # Shown in the job's output tail; the check is skipped, not failed.
+            sys.stderr.write("kbox: kernel launch probe unavailable: %s\n"
+                             % errors.one_line(str(probe["profiler_error"])))
 
     def _compare(self, ref_out, cand_out, atol=None):
         try:
             return compare.compare_outputs(ref_out, cand_out, self.spec.atol if atol is None else atol,
                                            self.spec.rtol)
         except Exception as e:
-            # Odd outputs (tensor subclasses, ...) the comparison cannot handle
-            # count as a difference, not as a crash of the harness.
-            return {"passed": False, "max_abs_diff": 0.0, "max_rel_diff": 0.0,
-                    "mismatch_fraction": 0.0, "failure": errors.one_line(
-                "outputs could not be compared: " + errors.exception_line(e))}
+            # Odd outputs the comparison cannot handle count as a difference,
+            # not as a crash of the harness.
+            return judging.failed("outputs could not be compared: " + errors.exception_line(e))
 
-    def _import_candidate(self):
-        spec = self.spec
-        imp = candidate_import.import_candidate(spec, self.pipe)
-        self.phase_ms["import_candidate"] = imp.ms
-        syntax = imp.syntax_error(spec.candidate_path)
-        if imp.not_built is not None:
-            message, log = candidate_import.not_built_failure(spec, imp.not_built, self.scrubber)
-        elif imp.build_failed:
-            message, log = candidate_import.build_failure(spec, imp, self.scrubber)
-        elif syntax is not None:
-            message, log = candidate_import.syntax_failure(spec, syntax, self.scrubber)
-        elif imp.exc is not None:
-            err = errors.runtime_error(imp.exc, "PHASE_RUN", self.scrubber, spec.max_log_bytes,
-                                       spec.candidate_path)
-            message = "candidate failed to import: " + sanitize.sanitize(
-                errors.exception_line(imp.exc), self.scrubber)
-            text, truncated = sanitize.bound(err["traceback"], spec.max_log_bytes)
-            log = {"text": text, "truncated": truncated,
-                   "first_error_line": err["candidate_line"]}
-        elif not isinstance(getattr(imp.module, "ModelNew", None), type):
-            message = "candidate defines no class ModelNew"
-            log = {"text": "candidate.py: " + message, "truncated": False, "first_error_line": 0}
-        else:
-            return imp.module.ModelNew
-        self.report.update(outcome="COMPILE_FAILED", message=errors.one_line(message),
-                           compile_log=log)
-        raise StageEnd()
-
-    # -- timing ---------------------------------------------------------------
-    def _perturbed(self, inputs):
-        """The input set with every floating tensor scaled by 1 + d, |d| <=
-        1e-3, drawn per call: no two timed calls see the same values, so a
-        cache keyed on values (or on addresses) never hits."""
-        d = self.rng.uniform(-1e-3, 1e-3)
-
-        def one(x):
-            if isinstance(x, torch.Tensor) and x.is_floating_point():
-                return x * (1.0 + d)
-            if isinstance(x, (list, tuple)):
-                return type(x)(one(v) for v in x)
-            return x
-        return one(inputs)
-
-    def _shifted(self, x):
-        """A copy at a fresh address: a view into a slightly larger buffer,
-        offset by a multiple of 256 bytes (vector loads stay aligned)."""
-        if isinstance(x, torch.Tensor):
-            step = max(1, 256 // max(1, x.element_size()))
-            k = step * self.rng.randrange(1, 9)
-            buf = torch.empty(x.numel() + k, dtype=x.dtype, device=x.device)
-            view = buf[k:].view(x.shape)
-            view.copy_(x)
-            return view
-        if isinstance(x, (list, tuple)):
-            return type(x)(self._shifted(v) for v in x)
-        return self.clone(x)
-
-    def _timed_forward(self, model, inputs, flush):
-        def run():
-            with torch.no_grad():
-                return model(*inputs)
-        return timing.timed_call(run, self.device, flush)
-
-    def _measure(self, ref_model, cand_model, get_inputs):
-        """Interleaved timing: each round times the reference and then the
-        candidate on a fresh perturbed input set at fresh addresses, the L2
-        flushed before each call and the clock stopped after a device-wide
-        sync. A share of the candidate's timed outputs (chosen at random, all
-        of the first two) is compared with the reference's output for the same
-        input, so skipping or replaying work in timed calls is caught."""
-        spec = self.spec
-        pool = [self.inputs(trial_seed(spec.seed, "timing-%d" % k), get_inputs)
-                for k in range(_TIMING_POOL)]
-        flush = timing.L2Flush(self.device)
-        for w in range(spec.warmup_calls):
-            x = pool[w % len(pool)]
-            self.call(REFERENCE, self.forward, ref_model, self._shifted(x))
-            self.call(CANDIDATE, self.forward, cand_model, self._shifted(x))
-        self.pipe.enter(HARNESS)
-        method = timing.METHOD_CUDA if self.device.type == "cuda" else timing.METHOD_CPU
-        ref_times, cand_times = [], []
-        started = timing.now_ms()
-        max_calls = max(spec.performance_trials, _MAX_CALLS_FACTOR * spec.performance_trials)
-        for j in range(max_calls):
-            x = self._perturbed(pool[j % len(pool)])
-            ref_in = self._shifted(x)
-            ref_ms, ref_out = self.call(REFERENCE, self._timed_forward, ref_model, ref_in, flush)
-            self.pipe.enter(HARNESS)
-            ref_saved = self.clone(ref_out)
-            dynamic_checks.poison(ref_out, self._keep(ref_in, ref_model))
-            del ref_out, ref_in
-            cand_in = self._shifted(x)
-            cand_ms, cand_out = self.call(CANDIDATE, self._timed_forward, cand_model, cand_in, flush)
-            self.pipe.enter(HARNESS)
-            ref_times.append(ref_ms)
-            cand_times.append(cand_ms)
-            if j < 2 or self.rng.random() < _SPOT_CHECK_SHARE:
-                self._spot_check(j, ref_saved, cand_out, cand_in)
-            del cand_out, cand_in, ref_saved
-            n = j + 1
-            if n >= spec.performance_trials:
-                settled = timing.relative_ci(ref_times) <= 0.01 and timing.relative_ci(cand_times) <= 0.01
-                if settled or timing.now_ms() - started > _TIMING_BUDGET_MS:
-                    break
-        self.report["reference_timing"] = timing.stats(ref_times, method)
-        self.report["candidate_timing"] = timing.stats(cand_times, method)
-
-    def _spot_check(self, j, ref_out, cand_out, cand_in):
-        broken = dynamic_checks.output_contract(cand_out, ref_out, cand_in, None)
-        if broken:
-            self.findings.add("run.output-contract", "timed call %d: %s" % (j + 1, broken))
-            return
-        result = self._compare(ref_out, cand_out, self._tolerance(ref_out))
-        if not result["passed"]:
-            self.findings.add("run.timed-output-mismatch",
-                              "timed call %d returned a wrong output (max abs diff %s): the timed calls "
-                              "did not all do the work" % (j + 1, _fmt(result["max_abs_diff"])))
+def _load_reference(path):
+    ref = modules.load_module(modules.REFERENCE_MODULE, path)
+    return tuple(modules.require(ref, name, "reference")
+                 for name in ("Model", "get_inputs", "get_init_inputs"))
 
 
-def _failed(failure):
-    return {"passed": False, "max_abs_diff": 0.0, "max_rel_diff": 0.0, "mismatch_fraction": 0.0,
-            "failure": errors.one_line(failure)}
+def _names_kernel(launched, name):
+    """True when the profiler's kernel name is the candidate's kernel `name`
+    (demangled "name(float*, ...)", "void name<...>(...)", Triton's "name")."""
+    import re
+    return re.search(r"(^|[^A-Za-z0-9_])%s($|[^A-Za-z0-9_])" % re.escape(name), launched) is not None
 
 
-def _worst(values):
-    worst = 0.0
-    for v in values:
-        if v != v:
-            return v
-        worst = max(worst, v)
-    return worst
+def _all_finite(out):
+    for t in dynamic_checks.tensors(list(out) if isinstance(out, (list, tuple)) else out):
+        if (t.is_floating_point() or t.is_complex()) and t.numel() and not bool(torch.isfinite(t).all()):
+            return False
+    return True
 
 
-def _fmt(x):
-    if x != x:
-        return "NaN"
-    return "%.6g" % x if abs(x) != float("inf") else ("Infinity" if x > 0 else "-Infinity")
+def _all_finite_sample(sample):
+    return sample is not None and _all_finite(sample[1])
 
 
 def run(spec, pipe):

@@ -1,0 +1,425 @@
+"""The candidate's process in the run stage.
+
+Forked by the judge (run_stage.py) before CUDA exists and before the
+reference or kboxd's seed is read, so nothing in this address space ever held
+the reference's model, its outputs, the comparison or the trial seeds: a
+candidate's native code can read all of this process's memory and finds none
+of them. It closes the result pipe at once (only the judge reports to kboxd),
+installs the strict seccomp filter and the audit hook, imports the candidate,
+and then serves the judge's commands one at a time: build the model, run
+forward on an input file and write what came back to an output file, time a
+call, probe one forward for its ATen ops and kernel launches.
+
+What this process says is untrusted: the judge compares the files itself,
+checks the reported times against its own clock, and takes findings from here
+as evidence against the candidate, never for it.
+"""
+import ctypes
+import os
+import signal
+import sys
+
+import torch
+
+from . import (audit, candidate_import, channel, dynamic_checks, errors, exchange, extension_hook,
+               inputs, modules, protocol, sanitize, strict_filter, timing)
+
+_PR_SET_PDEATHSIG = 1
+_DTYPES = {"PRECISION_FP16": torch.float16, "PRECISION_BF16": torch.bfloat16}
+_MAX_KERNEL_NAMES = 64
+# Harness modules whose functions the guard watches (besides torch and time).
+_GUARDED_MODULES = (channel, dynamic_checks, errors, exchange, inputs, modules, sanitize, timing)
+
+try:  # Taken before the candidate loads: what the launch probe records with.
+    from torch.profiler import profile as _profile, ProfilerActivity as _ProfilerActivity
+except ImportError:  # pragma: no cover
+    _profile = _ProfilerActivity = None
+
+
+class CandidateRaised(Exception):
+    def __init__(self, exc):
+        Exception.__init__(self)
+        self.exc = exc
+
+
+class _SilentPipe(object):
+    """candidate_import announces parties; here the judge does that."""
+
+    def enter(self, party):
+        pass
+
+
+class Worker(object):
+    def __init__(self, cmd_fd, reply_fd, audit_fd):
+        self.reader = channel.LineReader(cmd_fd)
+        self.reply_fd = reply_fd
+        self.audit_fd = audit_fd
+        self.findings = dynamic_checks.Findings()
+        self.sent = set()
+        self.spec = None
+        self.device = None
+        self.dtype = torch.float32
+        self.scrubber = None
+        self.guard = None
+        self.broker = None
+        self.model = None
+        self.model_cls = None
+        self.flush = None
+        self.latency = 0.0
+        self.pool = []
+        self.prepared = None
+        self.kept = None
+
+    # -- the loop ---------------------------------------------------------------
+    def serve(self):
+        while True:
+            try:
+                cmd = self.reader.read()
+            except channel.ChannelClosed:
+                os._exit(0)
+            op = str(cmd.get("op", ""))
+            if op == "exit":
+                os._exit(0)
+            handler = getattr(self, "op_" + op, None)
+            try:
+                if handler is None:
+                    raise ValueError("unknown command %r" % op)
+                reply = handler(cmd) or {}
+            except CandidateRaised as c:
+                reply = {"error": errors.runtime_error(c.exc, "PHASE_RUN", self.scrubber,
+                                                       self._max_log(), self._candidate_path()),
+                         "message": errors.one_line("candidate raised " + sanitize.sanitize(
+                             errors.exception_line(c.exc), self.scrubber))}
+            except extension_hook.InfraError as e:
+                reply = {"harness_error": errors.exception_line(e)}
+            except BaseException as e:  # Our own failure: the judge reports HARNESS_FAILED.
+                reply = {"harness_error": errors.one_line(errors.exception_line(e), 1000)}
+            reply["findings"] = self._new_findings()
+            channel.write_line(self.reply_fd, reply)
+
+    def _max_log(self):
+        return self.spec.max_log_bytes if self.spec else protocol.DEFAULT_MAX_LOG_BYTES
+
+    def _candidate_path(self):
+        return self.spec.candidate_path if self.spec else ""
+
+    def _new_findings(self):
+        out = []
+        for v in self.findings.verdicts():
+            if v["rule_id"] not in self.sent:
+                self.sent.add(v["rule_id"])
+                out.append([v["rule_id"], v["message"]])
+        return out
+
+    def client(self, fn, *args):
+        """Runs candidate code; its exceptions become CandidateRaised. Every
+        watched function the candidate replaced is put back and reported."""
+        try:
+            return fn(*args)
+        except extension_hook.InfraError:
+            raise
+        except BaseException as e:
+            raise CandidateRaised(e)
+        finally:
+            self._check_guard()
+
+    def _check_guard(self):
+        if self.guard is None:
+            return
+        replaced = self.guard.check()
+        if replaced:
+            self.findings.add("run.harness-tampering", "candidate replaced %s" % ", ".join(replaced[:6]))
+
+    # -- set-up -----------------------------------------------------------------
+    def op_setup(self, cmd):
+        """Harness-only: CUDA, Triton, the strict filter, the guard."""
+        spec = self.spec = protocol.StageSpec(cmd["spec"])
+        self.device = torch.device("cpu" if not spec.is_gpu else "cuda:0")
+        self.dtype = _DTYPES.get(spec.precision, torch.float32)
+        self.scrubber = candidate_import.default_scrubber(spec)
+        phase = {}
+        if spec.ptxas_path:
+            t0 = timing.now_ms()
+            from . import tool_broker
+            self.broker = tool_broker.Broker(spec.ptxas_path).start()  # before CUDA exists here
+            phase["tool_broker"] = timing.now_ms() - t0
+        if self.device.type == "cuda":
+            t0 = timing.now_ms()
+            torch.cuda.init()
+            x = torch.ones((16, 16), device=self.device)
+            (x @ x + 1).sum().item()
+            torch.cuda.synchronize(self.device)
+            phase["candidate_cuda_init"] = timing.now_ms() - t0
+        if spec.backend == "BACKEND_TRITON" and (spec.strict_seccomp_bpf or self.broker):
+            from . import triton_prep
+            if spec.strict_seccomp_bpf:
+                triton_prep.warm()
+            if self.broker is not None:
+                triton_prep.install(self.broker)
+        if spec.strict_seccomp_bpf:
+            import torch.utils.cpp_extension as _ce  # noqa: F401  (looks for nvcc with `which`)
+            strict_filter.install(spec.strict_seccomp_bpf)
+        self.flush = timing.L2Flush(self.device)
+        self.latency = timing.sync_latency(self.device, self.flush)
+        self.guard = dynamic_checks.Guard(_GUARDED_MODULES)
+        return {"phase_ms": phase}
+
+    def op_import(self, cmd):
+        spec = self.spec
+        audit.install({os.path.realpath(spec.candidate_path)}, cmd.get("read_roots", []),
+                      cmd.get("write_roots", []), self._report_audit)
+        imp = candidate_import.import_candidate(spec, _SilentPipe())
+        self._check_guard()
+        syntax = imp.syntax_error(spec.candidate_path)
+        if imp.not_built is not None:
+            message, log = candidate_import.not_built_failure(spec, imp.not_built, self.scrubber)
+        elif imp.build_failed:
+            message, log = candidate_import.build_failure(spec, imp, self.scrubber)
+        elif syntax is not None:
+            message, log = candidate_import.syntax_failure(spec, syntax, self.scrubber)
+        elif imp.exc is not None:
+            err = errors.runtime_error(imp.exc, "PHASE_RUN", self.scrubber, spec.max_log_bytes,
+                                       spec.candidate_path)
+            message = "candidate failed to import: " + sanitize.sanitize(
+                errors.exception_line(imp.exc), self.scrubber)
+            text, truncated = sanitize.bound(err["traceback"], spec.max_log_bytes)
+            log = {"text": text, "truncated": truncated, "first_error_line": err["candidate_line"]}
+        elif not isinstance(getattr(imp.module, "ModelNew", None), type):
+            message = "candidate defines no class ModelNew"
+            log = {"text": "candidate.py: " + message, "truncated": False, "first_error_line": 0}
+        else:
+            self.model_cls = imp.module.ModelNew
+            return {"import_ms": imp.ms}
+        return {"compile_failed": {"message": errors.one_line(message), "compile_log": log},
+                "import_ms": imp.ms}
+
+    def _report_audit(self, text):
+        line = ("run.forbidden-call " + text.replace("\n", " ")[:300] + "\n").encode("utf-8", "replace")
+        try:
+            os.write(self.audit_fd, line)
+        except OSError:
+            pass  # a full pipe: the judge already holds enough reports
+
+    def op_build(self, cmd):
+        init = exchange.load(cmd["init"])
+        seed = int(cmd["model_seed"])
+
+        def build():
+            torch.manual_seed(seed)
+            if self.device.type == "cuda":
+                torch.cuda.manual_seed_all(seed)
+            model = self.model_cls(*init)
+            if isinstance(model, torch.nn.Module):
+                model.to(self.device)
+                model.to(self.dtype)
+            return model
+        self.model = self.client(build)
+        return {}
+
+    # -- forward ------------------------------------------------------------------
+    def _forward(self, x):
+        with torch.no_grad():
+            out = self.model(*x)
+        timing.device_sync(self.device)  # async CUDA errors belong to the candidate
+        return out
+
+    def _load_inputs(self, path):
+        # Cloned: each input gets storage of its own at offset 0, as
+        # get_inputs() would have made it (load() returns views into one
+        # buffer on the CPU).
+        return list(inputs.clone(exchange.load(path, device=self.device)))
+
+    def _contract(self, out, x):
+        """(why the output breaks the contract or None, per-output alias flags).
+        Looks at types before anything touches the output: a subclass may run
+        code when used."""
+        flat = dynamic_checks.flatten_outputs(out)
+        in_ptrs = {dynamic_checks.storage_ptr(t) for t in dynamic_checks.tensors(x)}
+        aliases = []
+        for i, c in enumerate(flat):
+            where = "output %d " % i if len(flat) > 1 else "output "
+            if isinstance(c, torch.Tensor) and type(c) is not torch.Tensor:
+                return where + "is a %s, not a plain torch.Tensor" % type(c).__name__, []
+            if not isinstance(c, (torch.Tensor, bool, int, float, type(None))):
+                return where + "is a %s, not a tensor" % type(c).__name__, []
+            if isinstance(c, torch.Tensor):
+                if c.device.type != self.device.type:
+                    return where + "is on %s, not on %s" % (c.device, self.device), []
+                aliases.append(dynamic_checks.storage_ptr(c) in in_ptrs)
+            else:
+                aliases.append(False)
+        return None, aliases
+
+    def _save(self, path, out, x):
+        broken, aliases = self._contract(out, x)
+        if broken:
+            return {"contract": broken}
+        exchange.save(path, {"out": out, "inputs": x})
+        keep = list(dynamic_checks.tensors(x))
+        if isinstance(self.model, torch.nn.Module):
+            keep += list(self.model.parameters()) + list(self.model.buffers())
+        # A memoised copy the candidate kept is useless from now on.
+        dynamic_checks.poison(out, keep)
+        return {"aliases": aliases}
+
+    def op_forward(self, cmd):
+        x = self._load_inputs(cmd["inputs"])
+        before = dynamic_checks.thread_snapshot()
+        out = self.client(self._forward, x)
+        left = dynamic_checks.new_threads(before)
+        if left:
+            self.findings.add("run.thread-started", "forward left %d thread(s) running (%s)" % (
+                len(left), ", ".join(sorted({t.name for t in left}))[:80]))
+        reply = self._save(cmd["out"], out, x)
+        del out
+        return reply
+
+    def op_probe(self, cmd):
+        """One forward under the ATen dispatch trace and, on a GPU, the
+        profiler: which library ops ran and which kernels launched."""
+        x = self._load_inputs(cmd["inputs"])
+        kernels = set()
+        profiled = False
+        if self.device.type == "cuda" and cmd.get("kernels") and _profile is not None:
+            try:
+                prof = _profile(activities=[_ProfilerActivity.CUDA])
+                prof.__enter__()
+            except Exception as e:
+                return {"ops": self._trace(x), "profiler_error": errors.exception_line(e)[:200]}
+            try:
+                ops = self._trace(x)
+            finally:
+                prof.__exit__(None, None, None)
+            for event in prof.events():
+                if "CUDA" in str(getattr(event, "device_type", "")):
+                    kernels.add(str(event.name)[:200])
+            profiled = True
+        else:
+            ops = self._trace(x)
+        return {"ops": ops, "profiled": profiled, "kernels": sorted(kernels)[:_MAX_KERNEL_NAMES * 4]}
+
+    def _trace(self, x):
+        traced, ops = self.client(dynamic_checks.trace_ops, lambda: self._forward(x))
+        del traced
+        return dynamic_checks.library_ops(ops)
+
+    # -- timing ---------------------------------------------------------------------
+    def op_pool(self, cmd):
+        self.pool = [self._load_inputs(p) for p in cmd["paths"]]
+        return {}
+
+    def op_prep(self, cmd):
+        """The judge's chosen timing input: pool entry, value perturbation and
+        address shift, made before the clock starts."""
+        self.prepared = None
+        self.kept = None
+        x = inputs.perturbed(self.pool[int(cmd["pool"])], float(cmd["scale"]))
+        self.prepared = inputs.shifted(x, int(cmd["shift"]))
+        return {}
+
+    def op_time(self, cmd):
+        if cmd.get("empty"):
+            # The judge's calibration: the same path as a timed call (guard
+            # check included), with nothing in the timed region.
+            ms, _ = self.client(timing.timed_call, lambda: None, self.device, self.flush, self.latency)
+            return {"ms": ms}
+        x = self.prepared
+        ms, out = self.client(self._timed, x)
+        self.kept = (out, x)
+        return {"ms": ms}
+
+    def _timed(self, x):
+        def run():
+            with torch.no_grad():
+                return self.model(*x)
+        return timing.timed_call(run, self.device, self.flush, self.latency)
+
+    def op_save(self, cmd):
+        """Writes the last timed call's output; asked only after the call, so
+        the candidate cannot know which calls are checked."""
+        if self.kept is None:
+            raise ValueError("no timed output to save")
+        out, x = self.kept
+        self.kept = None
+        return self._save(cmd["out"], out, x)
+
+
+def _die_with_parent():
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except Exception:
+        pass
+
+
+def child_main(cmd_fd, reply_fd, audit_fd, close_fds):
+    """Entry point after fork; never returns."""
+    try:
+        for fd in close_fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        _die_with_parent()
+        os.set_blocking(audit_fd, False)
+        Worker(cmd_fd, reply_fd, audit_fd).serve()
+    except BaseException:
+        pass
+    os._exit(0)
+
+
+class CandidateProcess(object):
+    """The judge's handle on the candidate's process."""
+
+    def __init__(self, result_fd):
+        cmd_r, cmd_w = os.pipe()
+        reply_r, reply_w = os.pipe()
+        audit_r, audit_w = os.pipe()
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        pid = os.fork()
+        if pid == 0:
+            # Only this thread survives fork; nothing else of the judge runs here.
+            child_main(cmd_r, reply_w, audit_w, (cmd_w, reply_r, audit_r, result_fd))
+        os.close(cmd_r)
+        os.close(reply_w)
+        os.close(audit_w)
+        self.pid = pid
+        self.cmd_fd = cmd_w
+        self.replies = channel.LineReader(reply_r)
+        self.audit = channel.AuditReader(audit_r)
+        self.status = None
+
+    def send(self, cmd):
+        channel.write_line(self.cmd_fd, cmd)
+
+    def receive(self):
+        return self.replies.read()
+
+    def exit_status(self, wait=True):
+        """How the process ended ('exit code N' / 'signal NAME'), or None while it runs."""
+        if self.status is None:
+            try:
+                pid, status = os.waitpid(self.pid, 0 if wait else os.WNOHANG)
+            except ChildProcessError:
+                return "gone"
+            if pid == 0:
+                return None
+            self.status = status
+        if os.WIFSIGNALED(self.status):
+            sig = os.WTERMSIG(self.status)
+            try:
+                return "signal " + signal.Signals(sig).name
+            except ValueError:
+                return "signal %d" % sig
+        return "exit code %d" % os.WEXITSTATUS(self.status)
+
+    def close(self):
+        try:
+            self.send({"op": "exit"})
+        except OSError:
+            pass
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        self.exit_status()

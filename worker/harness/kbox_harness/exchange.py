@@ -1,0 +1,404 @@
+"""A pickle-free file format for tensors passed from the candidate's process to
+the judge.
+
+Whatever the candidate's process writes may have been shaped by the candidate,
+so the judge must never unpickle it (torch.load, pickle, numpy allow_pickle
+all run code). This format holds only a JSON header and raw bytes, and load()
+checks every field before it touches the data.
+
+Layout (all integers little-endian; data is in native order, and every machine
+kbox runs on is little-endian):
+
+    b"KBOXTNS1" | uint64 header length H | H bytes of UTF-8 JSON header |
+    zero padding to the next multiple of 64 (the data section's start) |
+    tensor data, each tensor at an offset (relative to the data section)
+    that is a multiple of 64; the file ends where the last tensor ends.
+
+Header: {"tree": NODE, "tensors": [{"dtype", "shape", "offset", "nbytes"}]}.
+NODE is null, true/false, a JSON integer, {"float": float.hex(x)} (exact,
+and NaN/inf need no JSON extension), {"tensor": i}, {"list": [NODE...]},
+{"tuple": [NODE...]} or {"dict": [[key, NODE]...]} (pairs keep order and
+let us reject duplicate keys). Every tensor entry is referenced exactly once.
+
+Speed, 100 MiB float32 tensor: 2-core VM, ext4, torch 1.13: save ~0.07-0.15 s,
+load ~0.08 s; H100 host, torch 2.11: save 0.05-0.12 s, load 0.09-0.11 s, load
+to cuda 0.10-0.12 s. save() writes straight from the tensor's memory; load()
+is one read into a bytearray and torch.frombuffer views of it (no second
+copy, no per-element Python work).
+"""
+import json
+import os
+import stat
+import struct
+import tempfile
+
+import torch
+
+MAGIC = b"KBOXTNS1"
+ALIGN = 64
+MAX_HEADER_BYTES = 16 << 20
+MAX_DEPTH = 32  # containers nested deeper than this are refused
+MAX_DIMS = 64
+DEFAULT_MAX_BYTES = 8 << 30
+_MAX_SIZE = 1 << 62
+
+_PREFIX = struct.Struct("<8sQ")
+
+# name -> (dtype, dtype the bytes are stored/read as). bfloat16 goes through
+# int16 so that neither side depends on frombuffer/copy support for it.
+_DTYPES = {
+    "float16": (torch.float16, torch.float16),
+    "float32": (torch.float32, torch.float32),
+    "float64": (torch.float64, torch.float64),
+    "bfloat16": (torch.bfloat16, torch.int16),
+    "int8": (torch.int8, torch.int8),
+    "int16": (torch.int16, torch.int16),
+    "int32": (torch.int32, torch.int32),
+    "int64": (torch.int64, torch.int64),
+    "uint8": (torch.uint8, torch.uint8),
+    "bool": (torch.bool, torch.bool),
+    "complex64": (torch.complex64, torch.complex64),
+    "complex128": (torch.complex128, torch.complex128),
+}
+_NAMES = {dt: name for name, (dt, _) in _DTYPES.items()}
+_ITEMSIZE = {name: torch.empty(0, dtype=dt).element_size() for name, (dt, _) in _DTYPES.items()}
+
+
+class FormatError(ValueError):
+    """The file is not a well-formed exchange file."""
+
+
+def _align(n):
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+# ---------------------------------------------------------------- writing
+
+def _encode(obj, tensors, depth):
+    if obj is None or isinstance(obj, bool):
+        return obj
+    if isinstance(obj, int):
+        return int(obj)  # int subclasses (IntEnum) become plain ints
+    if isinstance(obj, float):
+        return {"float": float(obj).hex()}
+    if isinstance(obj, torch.Tensor):
+        tensors.append(obj)
+        return {"tensor": len(tensors) - 1}
+    if isinstance(obj, (list, tuple, dict)):
+        if depth >= MAX_DEPTH:
+            raise ValueError("exchange: containers nested deeper than %d" % MAX_DEPTH)
+        if isinstance(obj, dict):
+            items = []
+            for k, v in obj.items():
+                if not isinstance(k, str):
+                    raise TypeError("exchange: dict key %r is not a str" % (k,))
+                items.append([k, _encode(v, tensors, depth + 1)])
+            return {"dict": items}
+        kind = "tuple" if isinstance(obj, tuple) else "list"
+        return {kind: [_encode(v, tensors, depth + 1) for v in obj]}
+    raise TypeError("exchange: cannot store a %s" % type(obj).__name__)
+
+
+def _cpu_dense(t):
+    t = t.detach()
+    if t.layout != torch.strided or t.is_quantized or t.device.type == "meta":
+        raise TypeError("exchange: only dense tensors with data can be stored (got %s, %s)"
+                        % (t.layout, t.device))
+    if t.dtype not in _NAMES:
+        raise TypeError("exchange: unsupported dtype %s" % t.dtype)
+    t = t.to("cpu")
+    # Lazy conjugate/negative views: materialise, or we would store the
+    # un-conjugated bytes.
+    for resolve in ("resolve_conj", "resolve_neg"):
+        if hasattr(t, resolve):
+            t = getattr(t, resolve)()
+    return t.contiguous()
+
+
+def _write_tensor(f, t, storage_dtype):
+    nbytes = t.numel() * t.element_size()
+    if nbytes == 0:
+        return
+    flat = t.reshape(-1)
+    if flat.dtype != storage_dtype:
+        flat = flat.view(storage_dtype)
+    try:
+        # Zero-copy: write straight from the tensor's memory.
+        buf = memoryview(flat.numpy()).cast("B")
+    except (ImportError, RuntimeError, TypeError):  # torch built without numpy
+        buf = bytearray(nbytes)
+        torch.frombuffer(buf, dtype=storage_dtype).copy_(flat)
+    f.write(buf)
+
+
+def save(path, obj):
+    """Writes obj (tensors, bool/int/float/None, nested list/tuple/dict with
+    str keys) to path, atomically: readers see the old file or the new one."""
+    tensors = []
+    tree = _encode(obj, tensors, 0)
+    tensors = [_cpu_dense(t) for t in tensors]
+    entries, offset = [], 0
+    for t in tensors:
+        nbytes = t.numel() * t.element_size()
+        entries.append({"dtype": _NAMES[t.dtype], "shape": list(t.shape),
+                        "offset": offset, "nbytes": nbytes})
+        offset = _align(offset + nbytes)
+    header = json.dumps({"tree": tree, "tensors": entries}, allow_nan=False,
+                        separators=(",", ":")).encode("utf-8")
+    if len(header) > MAX_HEADER_BYTES:
+        raise ValueError("exchange: header of %d bytes exceeds %d"
+                         % (len(header), MAX_HEADER_BYTES))
+
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".",
+                               suffix=".tmp")
+    try:
+        # mkstemp makes the file 0600; the reader may run as another user.
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(_PREFIX.pack(MAGIC, len(header)))
+            f.write(header)
+            pos = _align(_PREFIX.size + len(header))
+            f.write(b"\0" * (pos - _PREFIX.size - len(header)))
+            data_start = pos
+            for t, e in zip(tensors, entries):
+                f.write(b"\0" * (data_start + e["offset"] - pos))
+                _write_tensor(f, t, _DTYPES[e["dtype"]][1])
+                pos = data_start + e["offset"] + e["nbytes"]
+        # No fsync: the file only has to outlive the writer, not a power cut.
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+# ---------------------------------------------------------------- reading
+
+def _no_duplicates(pairs):
+    d = {}
+    for k, v in pairs:
+        if k in d:
+            raise FormatError("duplicate key %s in header" % _short(k))
+        d[k] = v
+    return d
+
+
+def _bad_constant(name):
+    raise FormatError("non-standard JSON constant %s in header" % name)
+
+
+def _bad_float(text):
+    # Floats are stored as {"float": hex}; a bare JSON number with a fraction
+    # or exponent is never written by save().
+    raise FormatError("bare JSON float %s in header" % _short(text))
+
+
+def _short(x):
+    # Hostile values can be megabytes long; error messages stay one line.
+    try:
+        r = repr(x)
+    except ValueError:  # ints past Python's str-conversion digit limit
+        return "<%s too large to print>" % type(x).__name__
+    return r if len(r) <= 80 else r[:77] + "..."
+
+
+def _is_size(x):
+    # bool is an int subclass, but JSON true is not a size; the bound keeps
+    # products and messages small.
+    return type(x) is int and 0 <= x < _MAX_SIZE
+
+
+def _parse_header(raw):
+    try:
+        text = raw.decode("utf-8")
+        header = json.loads(text, object_pairs_hook=_no_duplicates,
+                            parse_constant=_bad_constant, parse_float=_bad_float)
+    except FormatError:
+        raise
+    except RecursionError:
+        raise FormatError("header JSON nested too deeply")
+    except ValueError as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise FormatError("header is not valid UTF-8 JSON: %s" % e)
+    if not isinstance(header, dict):
+        raise FormatError("header is a %s, not an object" % type(header).__name__)
+    if set(header) != {"tree", "tensors"}:
+        raise FormatError("header keys %s, expected tree and tensors" % _short(sorted(header)))
+    if not isinstance(header["tensors"], list):
+        raise FormatError("header 'tensors' is not a list")
+    return header
+
+
+def _check_entry(i, e, data_len):
+    if not isinstance(e, dict) or set(e) != {"dtype", "shape", "offset", "nbytes"}:
+        raise FormatError("tensor %d: entry must have exactly dtype, shape, offset, nbytes" % i)
+    name, shape, offset, nbytes = e["dtype"], e["shape"], e["offset"], e["nbytes"]
+    if not isinstance(name, str) or name not in _DTYPES:
+        raise FormatError("tensor %d: dtype %s not allowed" % (i, _short(name)))
+    if not isinstance(shape, list) or len(shape) > MAX_DIMS:
+        raise FormatError("tensor %d: shape must be a list of at most %d dims" % (i, MAX_DIMS))
+    numel = extent = 1
+    for d in shape:
+        if not _is_size(d):
+            raise FormatError("tensor %d: shape %s has a dim that is not a non-negative int"
+                              % (i, _short(shape)))
+        numel *= d
+        # torch refuses shapes whose non-zero dims overflow int64, even when
+        # another dim is 0 (no data); refuse them here, as FormatError.
+        extent *= max(d, 1)
+        if extent >= _MAX_SIZE:
+            raise FormatError("tensor %d: shape %s is too large" % (i, _short(shape)))
+    if not _is_size(nbytes) or nbytes != numel * _ITEMSIZE[name]:
+        raise FormatError("tensor %d: nbytes %s != %d elements * %d bytes"
+                          % (i, _short(nbytes), numel, _ITEMSIZE[name]))
+    if not _is_size(offset) or offset % ALIGN:
+        raise FormatError("tensor %d: offset %s is not a non-negative multiple of %d"
+                          % (i, _short(offset), ALIGN))
+    if offset + nbytes > data_len:
+        raise FormatError("tensor %d: bytes [%d, %d) run past the data section's %d bytes"
+                          % (i, offset, offset + nbytes, data_len))
+
+
+def _check_layout(entries, data_len):
+    spans = sorted((e["offset"], e["offset"] + e["nbytes"], i)
+                   for i, e in enumerate(entries) if e["nbytes"])
+    end = 0
+    for lo, hi, i in spans:
+        if lo < end:
+            raise FormatError("tensor %d: bytes [%d, %d) overlap another tensor" % (i, lo, hi))
+        end = hi
+    # Canonical files end with the last tensor: trailing bytes mean the
+    # writer was not save() (or the file was appended to).
+    if end != data_len:
+        raise FormatError("%d trailing bytes after the last tensor" % (data_len - end))
+
+
+def _read_file(path, max_bytes):
+    # O_NONBLOCK: a FIFO planted at path must not hang the judge; it is then
+    # refused as not a regular file.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb", buffering=0) as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise FormatError("%s is not a regular file" % path)
+        if st.st_size > max_bytes:
+            raise FormatError("file is %d bytes, over the limit of %d" % (st.st_size, max_bytes))
+        buf = bytearray(st.st_size)
+        view, got = memoryview(buf), 0
+        while got < len(buf):
+            n = f.readinto(view[got:])
+            if not n:
+                break
+            got += n
+        if got != len(buf) or f.read(1):
+            raise FormatError("file changed size while being read")
+    return buf
+
+
+def _decode(node, tensors, used, depth):
+    if node is None or isinstance(node, bool) or type(node) is int:
+        return node
+    if not isinstance(node, dict) or len(node) != 1:
+        raise FormatError("tree node %s is not a valid node" % _short(node))
+    (kind, value), = node.items()
+    if kind == "float":
+        if not isinstance(value, str):
+            raise FormatError("float node holds %s, not a hex string" % _short(value))
+        try:
+            return float.fromhex(value)
+        except (ValueError, OverflowError):
+            raise FormatError("float node %s is not a float.hex() string" % _short(value))
+    if kind == "tensor":
+        if not (type(value) is int and 0 <= value < len(tensors)):
+            raise FormatError("tree refers to tensor %s; the file has %d"
+                              % (_short(value), len(tensors)))
+        if used[value]:
+            raise FormatError("tree refers to tensor %d twice" % value)
+        used[value] = True
+        return tensors[value]
+    if kind not in ("list", "tuple", "dict"):
+        raise FormatError("unknown tree node kind %s" % _short(kind))
+    if depth >= MAX_DEPTH:
+        raise FormatError("tree nested deeper than %d" % MAX_DEPTH)
+    if not isinstance(value, list):
+        raise FormatError("%s node does not hold a list" % kind)
+    if kind == "dict":
+        out = {}
+        for pair in value:
+            if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str)):
+                raise FormatError("dict item %s is not a [str, node] pair" % _short(pair))
+            if pair[0] in out:
+                raise FormatError("dict key %s appears twice" % _short(pair[0]))
+            out[pair[0]] = _decode(pair[1], tensors, used, depth + 1)
+        return out
+    items = [_decode(v, tensors, used, depth + 1) for v in value]
+    return tuple(items) if kind == "tuple" else items
+
+
+def load(path, device=None, max_bytes=DEFAULT_MAX_BYTES):
+    """Reads a file written by save(). Raises FormatError on anything
+    malformed. CPU tensors share one buffer holding the file (views, no copy;
+    they cannot be resized); with device set they are copied there."""
+    buf = _read_file(path, max_bytes)
+    if len(buf) < _PREFIX.size:
+        raise FormatError("file is %d bytes, shorter than the %d-byte prefix"
+                          % (len(buf), _PREFIX.size))
+    magic, hlen = _PREFIX.unpack_from(buf, 0)
+    if magic != MAGIC:
+        raise FormatError("bad magic %r" % bytes(magic))
+    if hlen > MAX_HEADER_BYTES:
+        raise FormatError("header length %d exceeds %d" % (hlen, MAX_HEADER_BYTES))
+    if _PREFIX.size + hlen > len(buf):
+        raise FormatError("header of %d bytes is truncated (file is %d bytes)" % (hlen, len(buf)))
+    header = _parse_header(bytes(buf[_PREFIX.size:_PREFIX.size + hlen]))
+    data_start = _align(_PREFIX.size + hlen)
+    if data_start > len(buf):
+        raise FormatError("file ends inside the header padding")
+    data_len = len(buf) - data_start
+    entries = header["tensors"]
+    for i, e in enumerate(entries):
+        _check_entry(i, e, data_len)
+    _check_layout(entries, data_len)
+
+    tensors = []
+    for i, e in enumerate(entries):
+        dtype, storage_dtype = _DTYPES[e["dtype"]]
+        start = data_start + e["offset"]
+        if e["nbytes"] == 0:
+            t = torch.empty(e["shape"], dtype=dtype)
+        else:
+            if dtype == torch.bool:
+                # Bytes other than 0/1 in a bool tensor are undefined behaviour
+                # in torch's kernels.
+                raw = torch.frombuffer(buf, dtype=torch.uint8, count=e["nbytes"], offset=start)
+                if bool((raw > 1).any()):
+                    raise FormatError("tensor %d: bool data holds bytes other than 0 and 1" % i)
+            t = torch.frombuffer(buf, dtype=storage_dtype,
+                                 count=e["nbytes"] // _ITEMSIZE[e["dtype"]], offset=start)
+            if storage_dtype != dtype:
+                t = t.view(dtype)
+            t = t.reshape(e["shape"])
+        if device is not None:
+            t = t.to(device)
+        tensors.append(t)
+    used = [False] * len(tensors)
+    obj = _decode(header["tree"], tensors, used, 0)
+    if not all(used):
+        raise FormatError("tensor %d is not referenced by the tree" % used.index(False))
+    return obj
+
+
+def tensors(obj):
+    """The tensors in obj, in the order save() stores them."""
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    out = []
+    if isinstance(obj, dict):
+        for v in obj.values():
+            out.extend(tensors(v))
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            out.extend(tensors(v))
+    return out

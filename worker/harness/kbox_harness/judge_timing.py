@@ -1,0 +1,141 @@
+"""The judge's timing rounds (a part of run_stage.RunStage).
+
+Reference and candidate are timed in interleaved rounds, each on the same
+fresh perturbed input set at fresh addresses, the L2 flushed before each call
+(timing.timed_call). The candidate's calls happen in its own process; this
+process checks the times that process reports against its own clock, and
+compares the outputs of a random share of the timed calls (chosen after the
+call) with the reference's.
+"""
+import torch
+
+from . import floor, inputs, judging, timing
+from .protocol import CANDIDATE, HARNESS
+
+# Timing stops once both medians are known to 1 % (95 % confidence) after at
+# least performance_trials calls each, or at this budget, or at
+# _MAX_CALLS_FACTOR * performance_trials calls.
+_TIMING_BUDGET_MS = 10000.0
+_MAX_CALLS_FACTOR = 10
+_TIMING_POOL = 4          # distinct input sets drawn for timing
+_SPOT_CHECK_SHARE = 0.25  # timed outputs compared with the reference's
+_MAX_SPOT_CHECKS = 24     # each one writes and reads the output through a file
+_OVERHEAD_CALLS = 12      # empty rounds that calibrate the outside clock
+
+
+class TimingRounds(object):
+    """Mixed into RunStage: uses its ask/call/draw/prepare/write helpers."""
+
+    def _measure(self, ref_model, get_inputs):
+        """Interleaved timing: each round times the reference here and then
+        the candidate in its process, on the same fresh perturbed input set at
+        fresh addresses, the L2 flushed before each call and the clock stopped
+        after a device-wide sync. Outputs of a random share of the candidate's
+        timed calls (all of the first two; chosen after the call) are
+        compared with the reference's, and the candidate's own clock is
+        checked against the time this process saw its calls take."""
+        spec = self.spec
+        pool = [self.prepare(self.draw(judging.trial_seed(self.seed, "timing-%d" % k), get_inputs))
+                for k in range(_TIMING_POOL)]
+        self.ask({"op": "pool", "paths": [self.write(x, "pool") for x in pool]}, HARNESS)
+        flush = timing.L2Flush(self.device)
+        latency = timing.sync_latency(self.device, flush)
+        overhead = self._calibrate(flush, len(pool), latency)
+        for w in range(spec.warmup_calls):
+            k = w % len(pool)
+            self.call(self.forward, ref_model, inputs.shifted(pool[k], 1))
+            self.ask({"op": "prep", "pool": k, "scale": 0.0, "shift": 1}, HARNESS)
+            self.ask({"op": "time"})
+        ref_times, cand_times, outside = [], [], []
+        checks = 0
+        started = timing.now_ms()
+        max_calls = max(spec.performance_trials, _MAX_CALLS_FACTOR * spec.performance_trials)
+        for j in range(max_calls):
+            k = j % len(pool)
+            d = self.rng.uniform(-1e-3, 1e-3)
+            x = inputs.perturbed(pool[k], d)
+            ref_in = inputs.shifted(x, self.rng.randrange(1, 9))
+            ref_ms, ref_out = self.call(self._timed_forward, ref_model, ref_in, flush, latency)
+            self.ask({"op": "prep", "pool": k, "scale": d, "shift": self.rng.randrange(1, 9)}, HARNESS)
+            reply, ms = self.ask_timed({"op": "time"})
+            outside.append(ms)
+            cand_ms = judging.number(reply.get("ms"))
+            if cand_ms is None:
+                raise judging.ClientFailed(CANDIDATE, message="candidate's process sent no time for a timed call")
+            ref_times.append(ref_ms)
+            cand_times.append(cand_ms)
+            if checks < _MAX_SPOT_CHECKS and (j < 2 or self.rng.random() < _SPOT_CHECK_SHARE):
+                checks += 1
+                self._spot_check(j, ref_out, x, ref_in)
+            del ref_out, ref_in, x
+            n = j + 1
+            if n >= spec.performance_trials:
+                settled = timing.relative_ci(ref_times) <= 0.01 and timing.relative_ci(cand_times) <= 0.01
+                if settled or timing.now_ms() - started > _TIMING_BUDGET_MS:
+                    break
+        method = timing.METHOD_CUDA if self.device.type == "cuda" else timing.METHOD_CPU
+        self.report["reference_timing"] = timing.stats(ref_times, method)
+        cand = timing.stats(cand_times, method)
+        cand["outside_median_ms"] = timing.stats(outside, method)["median_ms"]
+        self.report["candidate_timing"] = cand
+        why = timing.outside_disagrees(cand_times, outside, overhead)
+        if why:
+            self.findings.add("run.timing-mismatch", why)
+        self._physical_floor(cand["median_ms"])
+
+    def ask_timed(self, cmd):
+        """ask(), plus the milliseconds from sending the command to reading
+        the reply by this process's clock (the party announcements to kboxd
+        happen outside that window)."""
+        self.pipe.enter(CANDIDATE)
+        t0 = timing.now_ms()
+        self.send(cmd)
+        reply = self.receive()
+        return reply, timing.now_ms() - t0
+
+    def _calibrate(self, flush, pool_size, latency):
+        """Rounds shaped like the timed ones (this process's GPU work, the
+        candidate process's prep, a timed call) with empty calls on both
+        sides: what the outside clock adds to a timed call, GPU context
+        switches between the two processes included. Only harness code runs
+        in them."""
+        overhead = []
+        for k in range(_OVERHEAD_CALLS):
+            timing.timed_call(lambda: None, self.device, flush, latency)
+            self.ask({"op": "prep", "pool": k % pool_size, "scale": 0.0, "shift": 1}, HARNESS)
+            reply, ms = self.ask_timed({"op": "time", "empty": True})
+            overhead.append(ms)
+        return overhead
+
+    def _timed_forward(self, model, x, flush, latency):
+        def run():
+            with torch.no_grad():
+                return model(*x)
+        return timing.timed_call(run, self.device, flush, latency)
+
+    def _spot_check(self, j, ref_out, x, ref_in):
+        out_file = self.new_file("timed")
+        reply = self.ask({"op": "save", "out": out_file}, HARNESS)
+        data, broken = self._candidate_output(reply, out_file, x, ref_in, ref_out)
+        if broken is not None:
+            self.findings.add("run.timed-output-mismatch", "timed call %d: %s" % (j + 1, broken))
+            return
+        result = self._compare(ref_out, data["out"], self._tolerance(ref_out))
+        if not result["passed"]:
+            self.findings.add("run.timed-output-mismatch",
+                              "timed call %d returned a wrong output (max abs diff %s): the timed calls "
+                              "did not all do the work" % (j + 1, judging.fmt(result["max_abs_diff"])))
+
+    def _physical_floor(self, cand_median_ms):
+        if self.device.type != "cuda" or self.ref_sample is None:
+            return
+        t0 = timing.now_ms()
+        bandwidth = floor.measure_copy_bandwidth(self.device)
+        nbytes = floor.bytes_moved(*self.ref_sample)
+        least = floor.floor_ms(nbytes, bandwidth)
+        self._timed("physical_floor", t0)
+        self.report["physical_floor_ms"] = least
+        if least > 0 and cand_median_ms < least:
+            self.findings.add("run.below-physical-floor",
+                              "median %.4g ms is below the %.4g ms needed to move %d bytes of inputs and "
+                              "outputs once at this GPU's bandwidth" % (cand_median_ms, least, nbytes))
