@@ -7,6 +7,8 @@ process checks the times that process reports against its own clock, and
 compares the outputs of a random share of the timed calls (chosen after the
 call) with the reference's.
 """
+import os
+
 import torch
 
 from . import floor, inputs, judging, timing
@@ -37,7 +39,10 @@ class TimingRounds(object):
         spec = self.spec
         pool = [self.prepare(self.draw(judging.trial_seed(self.seed, "timing-%d" % k), get_inputs))
                 for k in range(_TIMING_POOL)]
-        self.ask({"op": "pool", "paths": [self.write(x, "pool") for x in pool]}, HARNESS)
+        paths = [self.write(x, "pool") for x in pool]
+        self.ask({"op": "pool", "paths": paths}, HARNESS)
+        for path in paths:  # loaded by the candidate's process; the judge keeps its own copies
+            os.unlink(path)
         flush = timing.L2Flush(self.device)
         latency = timing.sync_latency(self.device, flush)
         overhead = self._calibrate(flush, len(pool), latency)

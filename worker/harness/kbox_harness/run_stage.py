@@ -204,7 +204,10 @@ class RunStage(judge_timing.TimingRounds):
         try:
             self.seed = read_secret(self.spec)
             self.report["fingerprint"] = dict(fingerprint.software(), **fingerprint.device(self.device))
-            self.exchange_dir = tempfile.mkdtemp(prefix="kbox-exchange-")
+            # In the job's home: the job's scratch tmpfs (4 GiB by default)
+            # has more room than the sandbox's private /tmp.
+            self.exchange_dir = tempfile.mkdtemp(prefix="kbox-exchange-",
+                                                 dir=os.environ.get("HOME") or None)
             os.chmod(self.exchange_dir, 0o700)
             self._run()
         except judging.ClientFailed as f:
@@ -347,6 +350,8 @@ class RunStage(judge_timing.TimingRounds):
                 self.trials.append(result)
                 if i == 0 and result["passed"]:
                     first = (in_file, cand_out, atol)
+                else:
+                    _remove(in_file)  # only trial 0's input is used again
                 del cand_out
         finally:
             self._timed("correctness", t0)
@@ -365,6 +370,7 @@ class RunStage(judge_timing.TimingRounds):
         if first is not None:
             t0 = timing.now_ms()
             self._second_looks(*first)
+            _remove(first[0])
             self._timed("dynamic_checks", t0)
         if spec.measure_performance and spec.performance_trials > 0:
             t0 = timing.now_ms()
@@ -487,6 +493,13 @@ class RunStage(judge_timing.TimingRounds):
             # Odd outputs the comparison cannot handle count as a difference,
             # not as a crash of the harness.
             return judging.failed("outputs could not be compared: " + errors.exception_line(e))
+
+def _remove(path):
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
 
 def _load_reference(path):
     ref = modules.load_module(modules.REFERENCE_MODULE, path)
