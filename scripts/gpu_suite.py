@@ -139,7 +139,11 @@ def dynamic_layer_cases(shared):
          expect_rejected_by("run.harness-tampering")),
         ("h5_stale_memory_cuda", {}, expect_not_correct),
     ]
-    cases = []
+    cases = [("run-layer/thread_launch", os.path.join(shared, "datasets", "kernelbench", "few_shot",
+                                                   "model_ex_add.py"),
+              os.path.join(GPU_CASES, "thread_launch", "candidate.py"), "cuda",
+              expect_rejected_by("run.thread-started"),
+              {"anticheat_profile": "off", "anticheat_overrides": {"run.thread-started": "reject"}})]
     for name, overrides, check in table:
         case_dir = os.path.join(hacks, name)
         if not os.path.isdir(case_dir):
