@@ -28,7 +28,9 @@ ApiHandler::ApiHandler(const v1::DaemonConfig& config, RequestPolicy policy, Eva
       policy_(std::move(policy)),
       evaluator_(evaluator),
       metrics_(metrics),
-      job_pool_(job_pool) {}
+      job_pool_(job_pool),
+      jobs_(JobStore::Options{.result_ttl = std::chrono::seconds(config.result_ttl_s()),
+                              .max_jobs = config.max_stored_jobs()}) {}
 
 HttpResponse ApiHandler::Reply(http::status status, const google::protobuf::Message& body,
                                Encoding encoding) const {
@@ -85,19 +87,15 @@ awaitable<HttpResponse> ApiHandler::Handle(HttpRequest req) {
     if (only(http::verb::post)) res = co_await Evaluate(req);
   } else if (target == "/v1/check") {
     if (only(http::verb::post)) res = co_await Check(req);
+  } else if (target == "/v1/jobs") {
+    if (only(http::verb::post)) res = co_await Submit(req);
+  } else if (target.starts_with("/v1/jobs/") && target.size() > 9) {
+    if (only(http::verb::get)) res = co_await GetJob(req, target.substr(9));
   } else {
     res = Error(http::status::not_found, "path", "no such endpoint: " + target);
   }
   res.keep_alive(keep_alive);
   co_return res;
-}
-
-bool ApiHandler::TryAdmit() {
-  uint32_t current = in_flight_.load();
-  while (current < config_.max_in_flight_jobs()) {
-    if (in_flight_.compare_exchange_weak(current, current + 1)) return true;
-  }
-  return false;
 }
 
 awaitable<HttpResponse> ApiHandler::Evaluate(const HttpRequest& req) {

@@ -1,7 +1,8 @@
 #pragma once
 
 // Routes kboxd's HTTP API: GET /healthz, GET /v1/info, GET /metrics,
-// POST /v1/evaluate and POST /v1/check. Every non-2xx answer carries an
+// POST /v1/evaluate, POST /v1/check, and the asynchronous POST /v1/jobs and
+// GET /v1/jobs/<id> (api_jobs.cc). Every non-2xx answer carries an
 // ErrorResponse naming the offending field. Evaluation runs on the job thread
 // pool, never on an I/O thread, and at most max_in_flight_jobs at once (more
 // get 503 + Retry-After). /v1/check (static checks only, sub-millisecond) runs
@@ -15,6 +16,7 @@
 #include <boost/beast/http.hpp>
 
 #include "daemon/evaluator.h"
+#include "daemon/job_store.h"
 #include "daemon/message_codec.h"
 #include "daemon/metrics.h"
 #include "kbox/v1/config.pb.h"
@@ -41,10 +43,13 @@ class ApiHandler {
  private:
   boost::asio::awaitable<HttpResponse> Evaluate(const HttpRequest& request);
   boost::asio::awaitable<HttpResponse> Check(const HttpRequest& request);
+  boost::asio::awaitable<HttpResponse> Submit(const HttpRequest& request);
+  boost::asio::awaitable<HttpResponse> GetJob(const HttpRequest& request, std::string job_id);
   HttpResponse Info() const;
   HttpResponse Reply(boost::beast::http::status status, const google::protobuf::Message& body,
                      Encoding encoding) const;
-  bool TryAdmit();
+  // Reserves n of the max_in_flight_jobs places, all or none.
+  bool TryAdmit(uint32_t n = 1);
 
   const v1::DaemonConfig& config_;
   RequestPolicy policy_;
@@ -52,6 +57,7 @@ class ApiHandler {
   Metrics& metrics_;
   boost::asio::thread_pool& job_pool_;
   std::atomic<uint32_t> in_flight_{0};
+  JobStore jobs_;
 };
 
 }  // namespace kbox

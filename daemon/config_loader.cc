@@ -73,6 +73,10 @@ boost::system::result<v1::DaemonConfig, FieldError> ApplyConfigDefaults(v1::Daem
   if (c.job_memory_bytes() == 0) c.set_job_memory_bytes(8ull << 30);
   if (c.job_pids() == 0) c.set_job_pids(1024);
   if (c.default_anticheat_profile().empty()) c.set_default_anticheat_profile("strict");
+  if (c.build_cache_dir().empty()) c.set_build_cache_dir(c.work_dir() + "/build-cache");
+  if (!c.has_build_cache_max_bytes()) c.set_build_cache_max_bytes(20ull << 30);
+  if (c.result_ttl_s() == 0) c.set_result_ttl_s(3600);
+  if (c.max_stored_jobs() == 0) c.set_max_stored_jobs(100000);
 
   if (c.max_body_bytes() > 64 * kMiB) return FieldError{"max_body_bytes", "must be at most 64 MiB"};
   if (c.max_source_bytes() > c.max_body_bytes()) {

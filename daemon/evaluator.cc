@@ -1,17 +1,23 @@
 #include "daemon/evaluator.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <random>
+#include <system_error>
 
 #include "daemon/result_mapper.h"
 #include "daemon/static_verdicts.h"
+#include "daemon/version.h"
 #include "policy/request_policy.h"
 
 namespace kbox {
 namespace {
+
+namespace fs = std::filesystem;
 
 double MsBetween(Evaluator::Clock::time_point a, Evaluator::Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
@@ -30,10 +36,82 @@ std::string ArchList(const HostInfo& host, const std::vector<uint32_t>& gpus) {
   return out;
 }
 
+// A tool kboxd never runs, identified by what a package upgrade changes: its
+// resolved path, size and mtime. The first executable `name` in `dirs`.
+std::string ToolIdentity(const std::string& name, const std::vector<std::string>& dirs) {
+  for (const auto& dir : dirs) {
+    if (dir.empty()) continue;
+    const fs::path path = fs::path(dir) / name;
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || (st.st_mode & 0111) == 0) continue;
+    std::error_code ec;
+    const fs::path real = fs::canonical(path, ec);
+    return (ec ? path : real).string() + " size=" + std::to_string(st.st_size) +
+           " mtime=" + std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec);
+  }
+  return "absent";
+}
+
+// Everything besides the job's own inputs that can change what a compile
+// stage builds, as kboxd knows it (docs/build-cache.md): one line each.
+std::string ToolchainFingerprint(const v1::DaemonConfig& config, const HostInfo& host,
+                                 const HarnessSettings& harness) {
+  const v1::ProbeReport& p = host.probe;
+  std::string out;
+  auto line = [&out](const std::string& name, const std::string& value) {
+    out += name + " " + value + "\n";
+  };
+  line("kbox", kVersion);
+  line("harness", DirectoryDigest(harness.harness_dir));
+  line("python", config.python() + " " + p.python_version());
+  line("torch", p.torch_version());
+  line("cuda", p.cuda_version());
+  line("triton", p.triton_version());
+  // The stages' inherited environment picks the compilers and libraries.
+  std::vector<std::string> path_dirs;
+  std::string cuda_home, cuda_path;
+  for (const std::string& kv : InheritedEnvironment(harness)) {
+    line("env", kv);
+    const std::string value = kv.substr(kv.find('=') + 1);
+    if (kv.starts_with("PATH=")) {
+      for (size_t begin = 0; begin <= value.size();) {
+        size_t end = value.find(':', begin);
+        if (end == std::string::npos) end = value.size();
+        path_dirs.push_back(value.substr(begin, end - begin));
+        begin = end + 1;
+      }
+    }
+    if (kv.starts_with("CUDA_HOME=")) cuda_home = value;
+    if (kv.starts_with("CUDA_PATH=")) cuda_path = value;
+  }
+  // torch's cpp_extension runs `c++` and ninja from PATH, and nvcc from
+  // CUDA_HOME (else CUDA_PATH, PATH, /usr/local/cuda).
+  line("tool c++", ToolIdentity("c++", path_dirs));
+  line("tool ninja", ToolIdentity("ninja", path_dirs));
+  std::vector<std::string> nvcc_dirs;
+  if (!cuda_home.empty()) nvcc_dirs.push_back(cuda_home + "/bin");
+  if (!cuda_path.empty()) nvcc_dirs.push_back(cuda_path + "/bin");
+  nvcc_dirs.insert(nvcc_dirs.end(), path_dirs.begin(), path_dirs.end());
+  nvcc_dirs.push_back("/usr/local/cuda/bin");
+  line("tool nvcc", ToolIdentity("nvcc", nvcc_dirs));
+  return out;
+}
+
+// Whether the compile stage wrote nothing but its build directory. Its
+// other writable directories are not cached, so a build that left anything
+// there (for the run stage to find) is not cached either.
+bool OnlyBuildDirWritten(const JobWorkspace& ws) {
+  for (const fs::path& dir : {ws.home_dir(), ws.triton_dir(), ws.tmp_dir()}) {
+    std::error_code ec;
+    if (!fs::is_empty(dir, ec) || ec) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 Evaluator::Evaluator(const v1::DaemonConfig& config, HostInfo host, std::vector<uint32_t> gpus,
-                     const SandboxRuntime& sandbox, Metrics& metrics)
+                     const SandboxRuntime& sandbox, Metrics& metrics, BuildCache* build_cache)
     : config_(config),
       host_(std::move(host)),
       sandbox_(sandbox),
@@ -47,7 +125,9 @@ Evaluator::Evaluator(const v1::DaemonConfig& config, HostInfo host, std::vector<
       cpu_slots_(SlotPool::Anonymous(config.cpu_run_slots())),
       gpu_slots_(gpus),
       gpus_(gpus),
-      cuda_arch_list_(ArchList(host_, gpus)) {
+      cuda_arch_list_(ArchList(host_, gpus)),
+      build_cache_(build_cache) {
+  if (build_cache_) toolchain_ = ToolchainFingerprint(config_, host_, runner_.settings());
   // Job ids: a random per-daemon prefix plus a counter, so ids from a
   // restarted daemon never collide with old workspaces or logs.
   std::random_device rd;
@@ -92,9 +172,9 @@ v1::StageSpec Evaluator::MakeSpec(const JobWorkspace& ws, const v1::EffectiveSet
 v1::EvaluateResult Evaluator::Evaluate(const v1::EvaluateRequest& request,
                                        const v1::EffectiveSettings& settings,
                                        const static_check::AnticheatProfile& anticheat,
-                                       Clock::time_point received) {
+                                       Clock::time_point received, const std::string& job_id) {
   v1::EvaluateResult result;
-  result.set_job_id(NextJobId());
+  result.set_job_id(job_id.empty() ? NextJobId() : job_id);
   result.set_client_request_id(request.client_request_id());
   *result.mutable_settings() = settings;
   *result.mutable_fingerprint() = HostFingerprint(host_);
@@ -142,6 +222,7 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
     return;
   }
   const bool gpu_backend = settings.backend() != v1::BACKEND_CPU;
+  const std::string compile_arch = gpu_backend ? cuda_arch_list_ : "";
   auto* durations = result.mutable_durations();
   std::string output;
 
@@ -151,21 +232,60 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
     result.set_message("kboxd is shutting down; retry the job");
     return true;
   };
-  {
+
+  // The build cache (docs/build-cache.md): a verified build of the same
+  // inputs replaces the compile stage. Jobs with the same key wait in
+  // Acquire while one of them compiles (never holding a compile slot).
+  std::optional<BuildCache::Flight> flight;
+  std::string cache_key;
+  bool restored = false;
+  if (build_cache_) {
+    const auto looked_up = Clock::now();
+    cache_key = BuildCacheKey(BuildKeyInputs{.candidate_source = request.candidate_source(),
+                                             .reference_source = request.reference_source(),
+                                             .backend = v1::Backend_Name(settings.backend()),
+                                             .precision = v1::Precision_Name(settings.precision()),
+                                             .cuda_arch_list = compile_arch,
+                                             .toolchain = toolchain_});
+    flight.emplace(build_cache_->Acquire(cache_key));
+    if (shutting_down()) return;
+    if (flight->role() == BuildCache::Flight::Role::kHit) {
+      // On failure the build dir is empty again and the job compiles.
+      const auto error = build_cache_->Restore(*flight->entry(), ws->build_dir(),
+                                               options.owner_uid, options.owner_gid);
+      if (!error) {
+        restored = true;
+        durations->set_compile_ms(MsBetween(looked_up, Clock::now()));
+        output = flight->entry()->compile_output();
+        result.set_build_cache_hit(true);
+      }
+      flight->entry().reset();  // Unpinned: evictable again.
+    }
+    metrics_.RecordBuildCacheLookup(restored);
+  }
+  if (!restored) {
     auto compile_slot = compile_slots_.Acquire();
     if (shutting_down()) return;
     StagePlacement placement;
     placement.cancel = &cancelled_;
-    placement.cuda_arch = gpu_backend ? cuda_arch_list_ : "";
+    placement.cuda_arch = compile_arch;
     placement.wall_limit = std::chrono::seconds(config_.compile_time_limit_s());
     StageOutcome compiled = runner_.Run(*ws, MakeSpec(*ws, settings, v1::STAGE_COMPILE), placement);
     durations->set_compile_ms(compiled.process.wall_ms);
     output = compiled.process.output_tail;
     if (!ApplyCompileStage(compiled, result)) {
+      // Not cached: a failed compile's result is its log, not a build (the
+      // flight ends uncached; jobs waiting for it compile on their own).
       result.set_output_tail(output);
       return;
     }
+    if (flight) {
+      const bool cached = OnlyBuildDirWritten(*ws) &&
+                          build_cache_->Insert(cache_key, ws->build_dir(), output).stored();
+      flight->Finish(cached);
+    }
   }
+  flight.reset();
 
   const auto queued = Clock::now();
   auto device = gpu_backend ? gpu_slots_.Acquire() : cpu_slots_.Acquire();

@@ -2,8 +2,8 @@
 
 // The life of one job: static anti-cheat checks (in kboxd; a reject ends the
 // job here) → workspace → compile stage (on a compile worker, never holding a
-// device) → wait for a device slot → run stage → result. Blocking; kboxd
-// calls it on its job thread pool.
+// device), or its build restored from the build cache → wait for a device
+// slot → run stage → result. Blocking; kboxd calls it on its job thread pool.
 
 #include <atomic>
 #include <chrono>
@@ -18,6 +18,7 @@
 #include "kbox/v1/config.pb.h"
 #include "kbox/v1/evaluation.pb.h"
 #include "policy/static_check/anticheat_profile.h"
+#include "worker/build_cache.h"
 #include "worker/stage_runner.h"
 
 namespace kbox {
@@ -27,8 +28,9 @@ class Evaluator {
   using Clock = std::chrono::steady_clock;
 
   // `gpus` are the GPU indices run stages of GPU backends may use.
+  // `build_cache` (may be null: no cache) must outlive the evaluator.
   Evaluator(const v1::DaemonConfig& config, HostInfo host, std::vector<uint32_t> gpus,
-            const SandboxRuntime& sandbox, Metrics& metrics);
+            const SandboxRuntime& sandbox, Metrics& metrics, BuildCache* build_cache = nullptr);
 
   // Runs one job whose request already passed RequestPolicy, its static
   // checks under `anticheat` (the request's profile with its overrides).
@@ -37,7 +39,11 @@ class Evaluator {
   v1::EvaluateResult Evaluate(const v1::EvaluateRequest& request,
                               const v1::EffectiveSettings& settings,
                               const static_check::AnticheatProfile& anticheat,
-                              Clock::time_point received);
+                              Clock::time_point received, const std::string& job_id = "");
+
+  // A fresh job id (unique per daemon, never reused after a restart); the
+  // asynchronous API assigns it at submission and passes it to Evaluate.
+  std::string NextJobId();
 
   // Ends every running and queued job as INFRA_ERROR (kboxd's shutdown
   // deadline passed); their processes are killed within kCancelPollInterval.
@@ -48,6 +54,9 @@ class Evaluator {
   const SlotPool& gpu_slots() const { return gpu_slots_; }
   // The GPU indices jobs are scheduled on (a subset of what the probe saw).
   const std::vector<uint32_t>& gpus() const { return gpus_; }
+  // The build cache's toolchain fingerprint (docs/build-cache.md); empty
+  // without a cache.
+  const std::string& toolchain_fingerprint() const { return toolchain_; }
 
  private:
   // `candidate_kernels`: the static analysis's kernel names, sent to the run
@@ -56,7 +65,6 @@ class Evaluator {
                          v1::Stage stage, const std::vector<std::string>& candidate_kernels = {}) const;
   void RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSettings& settings,
               const static_check::AnticheatProfile& anticheat, v1::EvaluateResult& result);
-  std::string NextJobId();
 
   const v1::DaemonConfig& config_;
   HostInfo host_;
@@ -68,6 +76,8 @@ class Evaluator {
   SlotPool gpu_slots_;
   std::vector<uint32_t> gpus_;
   std::string cuda_arch_list_;  // TORCH_CUDA_ARCH_LIST covering every GPU in use.
+  BuildCache* build_cache_;
+  std::string toolchain_;  // Part of every build cache key.
   std::atomic<uint64_t> job_counter_{0};
   std::atomic<bool> cancelled_{false};
   std::string job_id_prefix_;

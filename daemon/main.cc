@@ -13,6 +13,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <thread>
 
 #include "daemon/api_handler.h"
@@ -104,6 +105,10 @@ int main(int argc, char** argv) {
     return 0;
   }
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  // The default work dir is per process, so a build cache inside it can
+  // never be reused: removed at exit rather than left in $TMPDIR.
+  const bool ephemeral_build_cache =
+      cl->config.work_dir().empty() && cl->config.build_cache_dir().empty();
   auto resolved = kbox::ApplyConfigDefaults(cl->config, cores);
   if (!resolved) return Fail("config " + resolved.error().field + ": " + resolved.error().message);
   kbox::v1::DaemonConfig config = *resolved;
@@ -160,7 +165,25 @@ int main(int argc, char** argv) {
 
   kbox::Metrics metrics;
   metrics.SetInsecureMode(!sandbox->settings.has_value());
-  kbox::Evaluator evaluator(config, *host, gpus, *sandbox, metrics);
+  std::unique_ptr<kbox::BuildCache> build_cache;
+  if (config.build_cache_max_bytes() > 0) {
+    kbox::BuildCacheOptions options;
+    options.root = config.build_cache_dir();
+    options.max_bytes = config.build_cache_max_bytes();
+    options.on_evicted = [&metrics](uint64_t n) { metrics.RecordBuildCacheEvictions(n); };
+    options.on_corrupt = [&metrics] { metrics.RecordBuildCacheCorruptEntry(); };
+    options.on_size = [&metrics](uint64_t bytes) { metrics.SetBuildCacheBytes(bytes); };
+    auto opened = kbox::BuildCache::Open(std::move(options));
+    if (!opened) return Fail("config build_cache_dir: " + opened.error());
+    build_cache = std::move(*opened);
+    const auto stats = build_cache->stats();
+    std::cerr << "kboxd: build cache " << config.build_cache_dir() << ": " << stats.entries
+              << " entries, " << stats.bytes << " of " << config.build_cache_max_bytes() << " bytes"
+              << std::endl;
+  } else {
+    std::cerr << "kboxd: build cache off (build_cache_max_bytes 0)" << std::endl;
+  }
+  kbox::Evaluator evaluator(config, *host, gpus, *sandbox, metrics, build_cache.get());
   // One thread per admitted job, plus a few no job can take: /v1/check runs
   // on them, so a static check never waits behind running evaluations.
   constexpr uint32_t kCheckThreads = 2;
@@ -214,6 +237,10 @@ int main(int argc, char** argv) {
   job_pool.stop();
   job_pool.join();
   fs::remove_all(fs::path(config.work_dir()) / "jobs", ec);
+  if (build_cache && ephemeral_build_cache) {
+    build_cache.reset();
+    fs::remove_all(config.build_cache_dir(), ec);
+  }
   if (sandbox->settings) fs::remove(sandbox->settings->root_mount_point, ec);
   return 0;
 }

@@ -61,7 +61,32 @@ Metrics::Metrics()
                          .Name("kbox_insecure_mode")
                          .Help("1 while candidates run WITHOUT the sandbox (development mode).")
                          .Register(*registry_)
-                         .Add({})) {}
+                         .Add({})),
+      build_cache_hits_(prometheus::BuildCounter()
+                            .Name("kbox_build_cache_hits_total")
+                            .Help("Jobs whose build came from the build cache (compile stage skipped).")
+                            .Register(*registry_)
+                            .Add({})),
+      build_cache_misses_(prometheus::BuildCounter()
+                              .Name("kbox_build_cache_misses_total")
+                              .Help("Jobs that ran their compile stage with the build cache on.")
+                              .Register(*registry_)
+                              .Add({})),
+      build_cache_evictions_(prometheus::BuildCounter()
+                                 .Name("kbox_build_cache_evictions_total")
+                                 .Help("Build cache entries evicted (least recently used) for space.")
+                                 .Register(*registry_)
+                                 .Add({})),
+      build_cache_corrupt_(prometheus::BuildCounter()
+                               .Name("kbox_build_cache_corrupt_entries_total")
+                               .Help("Build cache entries that failed verification and were deleted.")
+                               .Register(*registry_)
+                               .Add({})),
+      build_cache_bytes_(prometheus::BuildGauge()
+                             .Name("kbox_build_cache_bytes")
+                             .Help("Bytes of all build cache entries.")
+                             .Register(*registry_)
+                             .Add({})) {}
 
 void Metrics::RecordJob(const v1::EvaluateResult& result) {
   const std::string backend = Lower(v1::Backend_Name(result.settings().backend()));

@@ -4,6 +4,7 @@
 // closed sets only (backend and status enum names, HTTP status classes, the
 // anti-cheat rule catalogue and its severities).
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -35,6 +36,16 @@ class Metrics {
   void SetInsecureMode(bool insecure) { insecure_mode_.Set(insecure ? 1 : 0); }
   // Jobs accepted and not finished.
   void SetJobsInFlight(double value) { jobs_in_flight_.Set(value); }
+  // The build cache (docs/build-cache.md): a job that restored its build
+  // from the cache (hit) or ran its compile stage with the cache on (miss).
+  void RecordBuildCacheLookup(bool hit) { (hit ? build_cache_hits_ : build_cache_misses_).Increment(); }
+  // Entries evicted for space; entries found corrupt (and deleted).
+  void RecordBuildCacheEvictions(uint64_t entries) {
+    build_cache_evictions_.Increment(static_cast<double>(entries));
+  }
+  void RecordBuildCacheCorruptEntry() { build_cache_corrupt_.Increment(); }
+  // Bytes of all cache entries.
+  void SetBuildCacheBytes(uint64_t bytes) { build_cache_bytes_.Set(static_cast<double>(bytes)); }
 
   // The text exposition format for GET /metrics.
   std::string Serialize() const;
@@ -48,6 +59,11 @@ class Metrics {
   prometheus::Histogram& static_check_seconds_;
   prometheus::Gauge& jobs_in_flight_;
   prometheus::Gauge& insecure_mode_;
+  prometheus::Counter& build_cache_hits_;
+  prometheus::Counter& build_cache_misses_;
+  prometheus::Counter& build_cache_evictions_;
+  prometheus::Counter& build_cache_corrupt_;
+  prometheus::Gauge& build_cache_bytes_;
 };
 
 }  // namespace kbox

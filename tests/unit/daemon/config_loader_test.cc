@@ -94,6 +94,28 @@ TEST(ConfigLoaderTest, AppliesDefaults) {
   EXPECT_FALSE(config->keep_job_dirs());
   EXPECT_EQ(config->default_anticheat_profile(), "strict");
   EXPECT_EQ(config->anticheat_profile_dir(), "");  // kboxd finds it beside itself.
+  EXPECT_EQ(config->build_cache_dir(), config->work_dir() + "/build-cache");
+  EXPECT_EQ(config->build_cache_max_bytes(), 20ull << 30);
+  EXPECT_EQ(config->result_ttl_s(), 3600u);
+  EXPECT_EQ(config->max_stored_jobs(), 100000u);
+}
+
+TEST(ConfigLoaderTest, BuildCacheSettings) {
+  // Zero is "disabled" here, not "the default": the field is optional.
+  auto parsed = ParseConfigText("work_dir: \"/srv/kbox\"\nbuild_cache_max_bytes: 0\n");
+  ASSERT_TRUE(parsed) << parsed.error().message;
+  auto config = ApplyConfigDefaults(*parsed, 4);
+  ASSERT_TRUE(config);
+  EXPECT_TRUE(config->has_build_cache_max_bytes());
+  EXPECT_EQ(config->build_cache_max_bytes(), 0u);
+  EXPECT_EQ(config->build_cache_dir(), "/srv/kbox/build-cache");
+
+  parsed = ParseConfigText("build_cache_dir: \"/var/cache/kbox\"\nbuild_cache_max_bytes: 1048576\n");
+  ASSERT_TRUE(parsed) << parsed.error().message;
+  config = ApplyConfigDefaults(*parsed, 4);
+  ASSERT_TRUE(config);
+  EXPECT_EQ(config->build_cache_dir(), "/var/cache/kbox");
+  EXPECT_EQ(config->build_cache_max_bytes(), 1048576u);
 }
 
 TEST(ConfigLoaderTest, ZeroCoresMeansOneCompileWorker) {

@@ -1,0 +1,78 @@
+#pragma once
+
+// The asynchronous jobs of POST /v1/jobs: each accepted job by id, and by the
+// client's idempotency key, from submission until its result expires.
+//
+// A trainer that retries a submission (a timeout, a restart on its side) must
+// never get a job counted twice: a key seen before returns the first job, and
+// the same key with a different request is a conflict, never a silent
+// overwrite. Results stay for result_ttl after they are done; the store holds
+// at most max_jobs entries (a submission past that is refused, not evicting a
+// result a client may still fetch).
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "kbox/v1/api.pb.h"
+#include "kbox/v1/evaluation.pb.h"
+
+namespace kbox {
+
+class JobStore {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  struct Options {
+    std::chrono::seconds result_ttl{3600};
+    size_t max_jobs = 100000;
+  };
+
+  struct Admission {
+    std::string job_id;
+    bool existing = false;  // The key was known: this is the first job.
+    bool conflict = false;  // The key was known with a different request.
+    bool full = false;      // No room: refused.
+  };
+
+  explicit JobStore(Options options) : options_(options) {}
+
+  // Registers a job (state QUEUED) under a fresh id from `new_id`, unless
+  // `key` is non-empty and names a live job: then that job, with `existing`
+  // (and `conflict` when `digest`, a hash of the request, differs).
+  Admission Admit(const std::string& key, const std::string& digest,
+                  const std::function<std::string()>& new_id, Clock::time_point now);
+
+  // Forgets a job admitted but never started (its batch was refused).
+  void Withdraw(const std::string& job_id);
+
+  void MarkRunning(const std::string& job_id);
+  void Complete(const std::string& job_id, v1::EvaluateResult result, Clock::time_point now);
+
+  // The job's state (with its result once DONE); nullopt when unknown or expired.
+  std::optional<v1::JobStatus> Get(const std::string& job_id, Clock::time_point now);
+
+  size_t size() const;
+
+ private:
+  struct Entry {
+    std::string key;
+    std::string digest;
+    v1::JobStatus status;
+    std::optional<Clock::time_point> done_at;
+  };
+
+  void ExpireLocked(Clock::time_point now);
+
+  const Options options_;
+  mutable std::mutex mu_;
+  std::map<std::string, Entry> jobs_;           // By job id.
+  std::map<std::string, std::string> by_key_;   // Idempotency key -> job id.
+  std::multimap<Clock::time_point, std::string> expiry_;  // Done time -> job id.
+};
+
+}  // namespace kbox

@@ -1,0 +1,103 @@
+#include "daemon/job_store.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace kbox {
+namespace {
+
+using std::chrono::seconds;
+
+class JobStoreTest : public ::testing::Test {
+ protected:
+  JobStore::Admission Admit(const std::string& key, const std::string& digest = "d") {
+    return store_.Admit(key, digest, [this] { return "job-" + std::to_string(++ids_); }, now_);
+  }
+
+  JobStore::Clock::time_point now_ = JobStore::Clock::now();
+  int ids_ = 0;
+  JobStore store_{JobStore::Options{.result_ttl = seconds(60), .max_jobs = 3}};
+};
+
+TEST_F(JobStoreTest, NewJobIsQueuedUnderAFreshId) {
+  const auto a = Admit("k1");
+  EXPECT_EQ(a.job_id, "job-1");
+  EXPECT_FALSE(a.existing || a.conflict || a.full);
+  const auto status = store_.Get("job-1", now_);
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(status->state(), v1::JobStatus::QUEUED);
+  EXPECT_EQ(status->idempotency_key(), "k1");
+}
+
+TEST_F(JobStoreTest, SameKeyReturnsTheFirstJobAndRunsNothingNew) {
+  Admit("k1");
+  const auto again = Admit("k1");
+  EXPECT_EQ(again.job_id, "job-1");
+  EXPECT_TRUE(again.existing);
+  EXPECT_FALSE(again.conflict);
+  EXPECT_EQ(ids_, 1);
+  EXPECT_EQ(store_.size(), 1u);
+}
+
+TEST_F(JobStoreTest, SameKeyWithAnotherRequestIsAConflict) {
+  Admit("k1", "digest-a");
+  const auto other = Admit("k1", "digest-b");
+  EXPECT_TRUE(other.existing);
+  EXPECT_TRUE(other.conflict);
+}
+
+TEST_F(JobStoreTest, JobsWithoutKeysAreAlwaysNew) {
+  EXPECT_EQ(Admit("").job_id, "job-1");
+  EXPECT_EQ(Admit("").job_id, "job-2");
+}
+
+TEST_F(JobStoreTest, ResultIsKeptUntilItsTimeToLive) {
+  Admit("k1");
+  store_.MarkRunning("job-1");
+  EXPECT_EQ(store_.Get("job-1", now_)->state(), v1::JobStatus::RUNNING);
+  v1::EvaluateResult result;
+  result.set_job_id("job-1");
+  result.set_status(v1::CORRECT);
+  store_.Complete("job-1", result, now_);
+  const auto done = store_.Get("job-1", now_ + seconds(59));
+  ASSERT_TRUE(done.has_value());
+  EXPECT_EQ(done->state(), v1::JobStatus::DONE);
+  EXPECT_EQ(done->result().status(), v1::CORRECT);
+  // A retry with the key within the time to live gets the same result.
+  now_ += seconds(59);
+  EXPECT_EQ(Admit("k1").job_id, "job-1");
+  // Past it, the job and its key are forgotten.
+  EXPECT_FALSE(store_.Get("job-1", now_ + seconds(2)).has_value());
+  now_ += seconds(2);
+  EXPECT_EQ(Admit("k1").job_id, "job-2");
+}
+
+TEST_F(JobStoreTest, UnfinishedJobsNeverExpire) {
+  Admit("k1");
+  EXPECT_TRUE(store_.Get("job-1", now_ + seconds(100000)).has_value());
+}
+
+TEST_F(JobStoreTest, FullStoreRefusesAndEvictsNothing) {
+  Admit("a");
+  Admit("b");
+  Admit("c");
+  const auto refused = Admit("d");
+  EXPECT_TRUE(refused.full);
+  EXPECT_EQ(store_.size(), 3u);
+  // A known key is still answered when full.
+  EXPECT_EQ(Admit("a").job_id, "job-1");
+}
+
+TEST_F(JobStoreTest, WithdrawForgetsAQueuedJobAndItsKey) {
+  Admit("k1");
+  store_.Withdraw("job-1");
+  EXPECT_FALSE(store_.Get("job-1", now_).has_value());
+  EXPECT_EQ(Admit("k1").job_id, "job-2");
+  store_.MarkRunning("job-2");
+  store_.Withdraw("job-2");  // Running jobs stay.
+  EXPECT_TRUE(store_.Get("job-2", now_).has_value());
+}
+
+}  // namespace
+}  // namespace kbox
