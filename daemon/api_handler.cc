@@ -88,7 +88,7 @@ awaitable<HttpResponse> ApiHandler::Handle(HttpRequest req) {
   } else if (target == "/v1/check") {
     if (only(http::verb::post)) res = co_await Check(req);
   } else if (target == "/v1/jobs") {
-    if (only(http::verb::post)) res = co_await Submit(req);
+    if (only(http::verb::post)) res = Submit(req);
   } else if (target.starts_with("/v1/jobs/") && target.size() > 9) {
     if (only(http::verb::get)) res = co_await GetJob(req, target.substr(9));
   } else {

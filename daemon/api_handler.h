@@ -10,6 +10,8 @@
 // pool with threads to spare for it, so checks never wait behind evaluations.
 
 #include <atomic>
+#include <optional>
+#include <string>
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/thread_pool.hpp>
@@ -43,8 +45,14 @@ class ApiHandler {
  private:
   boost::asio::awaitable<HttpResponse> Evaluate(const HttpRequest& request);
   boost::asio::awaitable<HttpResponse> Check(const HttpRequest& request);
-  boost::asio::awaitable<HttpResponse> Submit(const HttpRequest& request);
+  HttpResponse Submit(const HttpRequest& request);
   boost::asio::awaitable<HttpResponse> GetJob(const HttpRequest& request, std::string job_id);
+  // The job pool's side of a submitted job: run it, store the result.
+  void RunSubmitted(const v1::EvaluateRequest& request, const ResolvedJob& job,
+                    Evaluator::Clock::time_point received, const std::string& job_id);
+  // GET /v1/jobs/<id>'s answer now, or nullopt to keep waiting.
+  std::optional<HttpResponse> JobAnswer(const std::string& job_id,
+                                        JobStore::Clock::time_point deadline);
   HttpResponse Info() const;
   HttpResponse Reply(boost::beast::http::status status, const google::protobuf::Message& body,
                      Encoding encoding) const;

@@ -5,8 +5,7 @@
 #include <functional>
 #include <memory>
 
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -70,20 +69,22 @@ bool ApiHandler::TryAdmit(uint32_t n) {
   return false;
 }
 
-awaitable<HttpResponse> ApiHandler::Submit(const HttpRequest& req) {
+// Not a coroutine: nothing here waits, and protobuf messages in a coroutine
+// frame draw GCC 12's false -Wmismatched-new-delete.
+HttpResponse ApiHandler::Submit(const HttpRequest& req) {
   const auto received = Evaluator::Clock::now();
   auto encoding = EncodingFromContentType(std::string(req[http::field::content_type]));
   if (!encoding) {
-    co_return Error(http::status::unsupported_media_type, encoding.error().field,
+    return Error(http::status::unsupported_media_type, encoding.error().field,
                     encoding.error().message);
   }
   const auto submit = std::make_unique<v1::SubmitRequest>();
   if (auto decoded = DecodeMessage(req.body(), *encoding, *submit); !decoded) {
-    co_return Error(http::status::bad_request, decoded.error().field, decoded.error().message,
+    return Error(http::status::bad_request, decoded.error().field, decoded.error().message,
                     *encoding);
   }
   if (submit->jobs_size() == 0) {
-    co_return Error(http::status::bad_request, "jobs", "jobs must hold at least one job", *encoding);
+    return Error(http::status::bad_request, "jobs", "jobs must hold at least one job", *encoding);
   }
 
   // Everything is validated before anything is admitted: a batch is taken
@@ -100,7 +101,7 @@ awaitable<HttpResponse> ApiHandler::Submit(const HttpRequest& req) {
     const std::string where = "jobs[" + std::to_string(i) + "].";
     auto job = policy_.ResolveJob(item.request());
     if (!job) {
-      co_return Error(http::status::bad_request, where + "request." + job.error().field,
+      return Error(http::status::bad_request, where + "request." + job.error().field,
                       job.error().field + " " + job.error().message, *encoding);
     }
     pending.push_back(Pending{.request = std::make_shared<const v1::EvaluateRequest>(item.request()),
@@ -122,7 +123,7 @@ awaitable<HttpResponse> ApiHandler::Submit(const HttpRequest& req) {
     p.admission = jobs_.Admit(p.key, p.digest, [this] { return evaluator_.NextJobId(); }, now);
     if (p.admission.conflict) {
       withdraw();
-      co_return Error(http::status::conflict, "jobs[" + std::to_string(i) + "].idempotency_key",
+      return Error(http::status::conflict, "jobs[" + std::to_string(i) + "].idempotency_key",
                       "idempotency key " + p.key + " was used for a different request (job " +
                           p.admission.job_id + ")",
                       *encoding);
@@ -132,7 +133,7 @@ awaitable<HttpResponse> ApiHandler::Submit(const HttpRequest& req) {
       auto res = Error(http::status::too_many_requests, "",
                        "kboxd holds as many jobs as it keeps; retry later", *encoding);
       res.set(http::field::retry_after, kRetryAfterSeconds);
-      co_return res;
+      return res;
     }
     if (!p.admission.existing) ++fresh;
   }
@@ -143,7 +144,7 @@ awaitable<HttpResponse> ApiHandler::Submit(const HttpRequest& req) {
                          std::to_string(config_.max_in_flight_jobs()) + " in flight); retry later",
                      *encoding);
     res.set(http::field::retry_after, kRetryAfterSeconds);
-    co_return res;
+    return res;
   }
   metrics_.SetJobsInFlight(in_flight_.load());
 
@@ -151,19 +152,8 @@ awaitable<HttpResponse> ApiHandler::Submit(const HttpRequest& req) {
   for (const Pending& p : pending) {
     if (!p.admission.existing) {
       // Runs on the job pool like /v1/evaluate; the store holds the result.
-      boost::asio::co_spawn(
-          job_pool_,
-          [this, p, received]() -> awaitable<void> {
-            jobs_.MarkRunning(p.admission.job_id);
-            v1::EvaluateResult result = evaluator_.Evaluate(*p.request, p.job->settings,
-                                                            p.job->anticheat, received,
-                                                            p.admission.job_id);
-            jobs_.Complete(p.admission.job_id, std::move(result), JobStore::Clock::now());
-            in_flight_.fetch_sub(1);
-            metrics_.SetJobsInFlight(in_flight_.load());
-            co_return;
-          },
-          boost::asio::detached);
+      boost::asio::post(job_pool_, [this, p, received] { RunSubmitted(*p.request, *p.job, received,
+                                                                      p.admission.job_id); });
     }
     v1::JobStatus status;
     if (auto known = jobs_.Get(p.admission.job_id, now)) status = std::move(*known);
@@ -172,7 +162,30 @@ awaitable<HttpResponse> ApiHandler::Submit(const HttpRequest& req) {
     status.set_existing(p.admission.existing);
     *response.add_jobs() = std::move(status);
   }
-  co_return Reply(http::status::ok, response, *encoding);
+  return Reply(http::status::ok, response, *encoding);
+}
+
+void ApiHandler::RunSubmitted(const v1::EvaluateRequest& request, const ResolvedJob& job,
+                              Evaluator::Clock::time_point received, const std::string& job_id) {
+  jobs_.MarkRunning(job_id);
+  jobs_.Complete(job_id, evaluator_.Evaluate(request, job.settings, job.anticheat, received, job_id),
+                 JobStore::Clock::now());
+  in_flight_.fetch_sub(1);
+  metrics_.SetJobsInFlight(in_flight_.load());
+}
+
+std::optional<HttpResponse> ApiHandler::JobAnswer(const std::string& job_id,
+                                                  JobStore::Clock::time_point deadline) {
+  const auto now = JobStore::Clock::now();
+  auto status = jobs_.Get(job_id, now);
+  if (!status) {
+    return Error(http::status::not_found, "job_id",
+                 "no job " + job_id + " (unknown, or its result expired)");
+  }
+  if (status->state() == v1::JobStatus::DONE || now >= deadline) {
+    return Reply(http::status::ok, *status, Encoding::kJson);
+  }
+  return std::nullopt;
 }
 
 awaitable<HttpResponse> ApiHandler::GetJob(const HttpRequest& req, std::string job_id) {
@@ -183,16 +196,9 @@ awaitable<HttpResponse> ApiHandler::GetJob(const HttpRequest& req, std::string j
   const auto deadline = JobStore::Clock::now() + std::chrono::seconds(wait);
   boost::asio::steady_timer timer(co_await boost::asio::this_coro::executor);
   while (true) {
-    const auto now = JobStore::Clock::now();
-    auto status = jobs_.Get(job_id, now);
-    if (!status) {
-      co_return Error(http::status::not_found, "job_id",
-                      "no job " + job_id + " (unknown, or its result expired)");
-    }
-    if (status->state() == v1::JobStatus::DONE || now >= deadline) {
-      co_return Reply(http::status::ok, *status, Encoding::kJson);
-    }
-    timer.expires_after(std::min<JobStore::Clock::duration>(kPollInterval, deadline - now));
+    if (auto answer = JobAnswer(job_id, deadline)) co_return std::move(*answer);
+    timer.expires_after(std::min<JobStore::Clock::duration>(kPollInterval,
+                                                            deadline - JobStore::Clock::now()));
     co_await timer.async_wait(boost::asio::use_awaitable);
   }
 }
