@@ -156,3 +156,9 @@ def test_a_candidate_that_kills_its_own_process_is_the_candidates_failure(tmp_pa
                 "def _die(self, x):\n    _os._exit(7)\nModelNew.forward = _die\n")
     report = _check(job.run("STAGE_RUN", measure_performance=False), "CANDIDATE_FAILED")
     assert "died (exit code 7)" in report["message"]
+
+
+def test_a_forged_reply_breaks_the_protocol_instead_of_passing(tmp_path):
+    report = _check(_run(tmp_path, "cand_dyn_forge_reply.py", measure_performance=False),
+                    "CANDIDATE_FAILED")
+    assert "protocol" in report["message"]

@@ -95,6 +95,7 @@ class Worker(object):
             except BaseException as e:  # Our own failure: the judge reports HARNESS_FAILED.
                 reply = {"harness_error": errors.one_line(errors.exception_line(e), 1000)}
             reply["findings"] = self._new_findings()
+            reply["n"] = cmd.get("n")  # which command this answers
             channel.write_line(self.reply_fd, reply)
 
     def _max_log(self):
@@ -388,12 +389,22 @@ class CandidateProcess(object):
         self.replies = channel.LineReader(reply_r)
         self.audit = channel.AuditReader(audit_r)
         self.status = None
+        self.expected = None
 
     def send(self, cmd):
-        channel.write_line(self.cmd_fd, cmd)
+        # Each command carries a fresh number its reply must echo: a line the
+        # candidate's code slips into the reply pipe (from native code, which
+        # can write to any descriptor of its process) cannot pass for the
+        # answer to a command it did not see, and a stray reply never shifts
+        # every later one by a place.
+        self.expected = int.from_bytes(os.urandom(8), "little") >> 2
+        channel.write_line(self.cmd_fd, dict(cmd, n=self.expected))
 
     def receive(self):
-        return self.replies.read()
+        reply = self.replies.read()
+        if reply.get("n") != self.expected:
+            raise channel.ProtocolError("a reply to a command that was not sent")
+        return reply
 
     def exit_status(self, wait=True):
         """How the process ended ('exit code N' / 'signal NAME'), or None while it runs."""

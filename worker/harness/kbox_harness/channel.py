@@ -17,6 +17,7 @@ import select
 
 MAX_LINE_BYTES = 1 << 20
 MAX_AUDIT_REPORTS = 32
+AUDIT_PREFIX = "run.forbidden-call "  # how the audit hook's reports begin
 
 # Captured at import: the candidate's process imports this module before any
 # candidate code runs.
@@ -98,8 +99,8 @@ class AuditReader(object):
             self.buf = bytearray(rest[:4096])
             for line in lines:
                 text = line.decode("utf-8", "replace").strip()
-                if not text:
-                    continue
+                if not text.startswith(AUDIT_PREFIX):
+                    continue  # not the hook's (anything may be written here)
                 if len(self.reports) < MAX_AUDIT_REPORTS:
                     self.reports.append(text[:300])
                 else:
