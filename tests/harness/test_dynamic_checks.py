@@ -162,3 +162,18 @@ def test_a_forged_reply_breaks_the_protocol_instead_of_passing(tmp_path):
     report = _check(_run(tmp_path, "cand_dyn_forge_reply.py", measure_performance=False),
                     "CANDIDATE_FAILED")
     assert "protocol" in report["message"]
+
+
+def test_guard_sees_a_replaced_method_of_a_harness_class():
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "worker", "harness"))
+    from kbox_harness import dynamic_checks, timing
+    guard = dynamic_checks.Guard([timing])
+    original = timing.Clock.time
+    timing.Clock.time = lambda self, fn: (0.001, fn())
+    try:
+        assert "Clock.time" in guard.check()
+        assert timing.Clock.time is original  # put back
+    finally:
+        timing.Clock.time = original

@@ -44,8 +44,39 @@ def test_too_few_calls_prove_nothing():
     assert timing.outside_disagrees([0.01, 0.01], [5.0, 5.0], [0.3]) is None
 
 
-def test_sync_latency_is_zero_on_the_cpu():
-    assert timing.sync_latency(torch.device("cpu"), timing.L2Flush(torch.device("cpu"))) == 0.0
+def test_uncovered_calls_within_their_host_time_of_the_covered_ones_pass():
+    # 0.28 ms of kernel; without the cover the launch (0.03 ms) is timed too.
+    covered = [0.280, 0.281, 0.279, 0.280, 0.282]
+    uncovered = [0.305, 0.309, 0.302, 0.306, 0.304]
+    host = [0.030, 0.031, 0.029, 0.030, 0.030]
+    assert timing.hidden_by_cover(covered, uncovered, host) is None
+
+
+def test_work_hidden_under_the_cover_is_exposed_by_uncovered_calls():
+    # A 0.3 ms matmul runs on a side stream while the cover spins: the
+    # covered calls see 0.01 ms, the uncovered ones the whole matmul.
+    covered = [0.010, 0.011, 0.010, 0.012]
+    uncovered = [0.330, 0.332, 0.329, 0.331]
+    host = [0.025, 0.024, 0.026, 0.025]
+    why = timing.hidden_by_cover(covered, uncovered, host)
+    assert why and "unseen" in why
+
+
+def test_a_launch_bound_call_is_not_mistaken_for_hidden_work():
+    # 0.004 ms of GPU work launched through 0.2 ms of host Python.
+    covered = [0.004] * 6
+    uncovered = [0.209, 0.207, 0.211, 0.208, 0.210, 0.209]
+    host = [0.205, 0.204, 0.207, 0.205, 0.206, 0.205]
+    assert timing.hidden_by_cover(covered, uncovered, host) is None
+
+
+def test_cpu_clock_is_wall_time_and_needs_no_fitting():
+    import time
+    clock = timing.Clock(torch.device("cpu"))
+    clock.fit(lambda: None)
+    assert clock.cover_ms == 0.0 and clock.latency_ms == 0.0
+    ms, out, host = clock.time(lambda: (time.sleep(0.02), 7)[1])
+    assert out == 7 and 15.0 < ms < 500.0 and host == ms
 
 
 def test_median_confidence_interval_narrows_with_more_calls():

@@ -64,8 +64,7 @@ class Worker(object):
         self.broker = None
         self.model = None
         self.model_cls = None
-        self.flush = None
-        self.latency = 0.0
+        self.clock = None
         self.pool = []
         self.prepared = None
         self.kept = None
@@ -160,8 +159,7 @@ class Worker(object):
         if spec.strict_seccomp_bpf:
             import torch.utils.cpp_extension as _ce  # noqa: F401  (looks for nvcc with `which`)
             strict_filter.install(spec.strict_seccomp_bpf)
-        self.flush = timing.L2Flush(self.device)
-        self.latency = timing.sync_latency(self.device, self.flush)
+        self.clock = timing.Clock(self.device)
         self.guard = dynamic_checks.Guard(_GUARDED_MODULES)
         return {"phase_ms": phase}
 
@@ -318,22 +316,27 @@ class Worker(object):
         self.prepared = inputs.shifted(x, int(cmd["shift"]))
         return {}
 
+    def op_fit(self, cmd):
+        """Sizes the launch cover to the warm model (timing.Clock.fit) on
+        the prepared input."""
+        x = self.prepared
+        self.client(self.clock.fit, lambda: self._no_grad(x))
+        return {"cover_ms": self.clock.cover_ms}
+
     def op_time(self, cmd):
         if cmd.get("empty"):
             # The judge's calibration: the same path as a timed call (guard
-            # check included), with nothing in the timed region.
-            ms, _ = self.client(timing.timed_call, lambda: None, self.device, self.flush, self.latency)
-            return {"ms": ms}
+            # check and cover included), with nothing in the timed region.
+            ms, _, host = self.client(self.clock.time, lambda: None)
+            return {"ms": ms, "host_ms": host}
         x = self.prepared
-        ms, out = self.client(self._timed, x)
+        ms, out, host = self.client(self.clock.time, lambda: self._no_grad(x), bool(cmd.get("cover", True)))
         self.kept = (out, x)
-        return {"ms": ms}
+        return {"ms": ms, "host_ms": host}
 
-    def _timed(self, x):
-        def run():
-            with torch.no_grad():
-                return self.model(*x)
-        return timing.timed_call(run, self.device, self.flush, self.latency)
+    def _no_grad(self, x):
+        with torch.no_grad():
+            return self.model(*x)
 
     def op_save(self, cmd):
         """Writes the last timed call's output; asked only after the call, so

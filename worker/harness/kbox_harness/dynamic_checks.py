@@ -255,6 +255,11 @@ class Guard(object):
             for name, value in list(vars(module).items()):
                 if callable(value) and not name.startswith("__"):
                     self._saved.append((module, name, value))
+                if isinstance(value, type) and value.__module__ == module.__name__:
+                    # The harness's own classes (timing.Clock...): their methods too.
+                    for attr, member in list(vars(value).items()):
+                        if callable(member) or isinstance(member, (staticmethod, classmethod)):
+                            self._saved.append((value, attr, member))
 
     def check(self):
         """Names of everything replaced since construction; each is restored."""

@@ -2,7 +2,7 @@
 
 Reference and candidate are timed in interleaved rounds, each on the same
 fresh perturbed input set at fresh addresses, the L2 flushed before each call
-(timing.timed_call). The candidate's calls happen in its own process; this
+(timing.Clock). The candidate's calls happen in its own process; this
 process checks the times that process reports against its own clock, and
 compares the outputs of a random share of the timed calls (chosen after the
 call) with the reference's.
@@ -43,15 +43,22 @@ class TimingRounds(object):
         self.ask({"op": "pool", "paths": paths}, HARNESS)
         for path in paths:  # loaded by the candidate's process; the judge keeps its own copies
             os.unlink(path)
-        flush = timing.L2Flush(self.device)
-        latency = timing.sync_latency(self.device, flush)
-        overhead = self._calibrate(flush, len(pool), latency)
+        clock = timing.Clock(self.device, generous=True)
         for w in range(spec.warmup_calls):
             k = w % len(pool)
             self.call(self.forward, ref_model, inputs.shifted(pool[k], 1))
             self.ask({"op": "prep", "pool": k, "scale": 0.0, "shift": 1}, HARNESS)
             self.ask({"op": "time"})
+        # Each side sizes its own launch cover to its warm model (timing.Clock).
+        warm = inputs.shifted(pool[0], 1)
+        self.call(clock.fit, lambda: self._no_grad(ref_model, warm))
+        del warm
+        self.ask({"op": "prep", "pool": 0, "scale": 0.0, "shift": 1}, HARNESS)
+        fit = self.ask({"op": "fit"})
+        cand_cover = judging.number(fit.get("cover_ms")) or 0.0
+        overhead = self._calibrate(clock, len(pool))
         ref_times, cand_times, outside = [], [], []
+        uncovered = ([], [])  # the candidate's calls without the cover: times, host times
         checks = 0
         started = timing.now_ms()
         max_calls = max(spec.performance_trials, _MAX_CALLS_FACTOR * spec.performance_trials)
@@ -60,7 +67,7 @@ class TimingRounds(object):
             d = self.rng.uniform(-1e-3, 1e-3)
             x = inputs.perturbed(pool[k], d)
             ref_in = inputs.shifted(x, self.rng.randrange(1, 9))
-            ref_ms, ref_out = self.call(self._timed_forward, ref_model, ref_in, flush, latency)
+            ref_ms, ref_out, _ = self.call(self._timed_forward, ref_model, ref_in, clock)
             self.ask({"op": "prep", "pool": k, "scale": d, "shift": self.rng.randrange(1, 9)}, HARNESS)
             reply, ms = self.ask_timed({"op": "time"})
             outside.append(ms)
@@ -73,6 +80,8 @@ class TimingRounds(object):
                 checks += 1
                 self._spot_check(j, ref_out, x, ref_in)
             del ref_out, ref_in, x
+            if self.device.type == "cuda" and j % 2 == 1:
+                checks += self._uncovered_call(ref_model, pool, k, uncovered, checks < _MAX_SPOT_CHECKS, j)
             n = j + 1
             if n >= spec.performance_trials:
                 settled = timing.relative_ci(ref_times) <= 0.01 and timing.relative_ci(cand_times) <= 0.01
@@ -81,12 +90,37 @@ class TimingRounds(object):
         method = timing.METHOD_CUDA if self.device.type == "cuda" else timing.METHOD_CPU
         self.report["reference_timing"] = timing.stats(ref_times, method)
         cand = timing.stats(cand_times, method)
+        if self.device.type == "cuda":
+            self.report["reference_timing"]["cover_ms"] = clock.cover_ms
+            cand["cover_ms"] = cand_cover
         cand["outside_median_ms"] = timing.stats(outside, method)["median_ms"]
         self.report["candidate_timing"] = cand
-        why = timing.outside_disagrees(cand_times, outside, overhead)
+        why = timing.outside_disagrees(cand_times, outside, overhead) or \
+            timing.hidden_by_cover(cand_times, uncovered[0], uncovered[1])
         if why:
             self.findings.add("run.timing-mismatch", why)
         self._physical_floor(cand["median_ms"])
+
+    def _uncovered_call(self, ref_model, pool, k, uncovered, may_check, j):
+        """One candidate call without the launch cover, on its own perturbed
+        input (so an output cached from the covered call cannot answer it),
+        recorded for timing.hidden_by_cover and spot-checked like the
+        others. Returns the number of spot checks made (0 or 1)."""
+        d = self.rng.uniform(-1e-3, 1e-3)
+        self.ask({"op": "prep", "pool": k, "scale": d, "shift": self.rng.randrange(1, 9)}, HARNESS)
+        reply = self.ask({"op": "time", "cover": False})
+        ms, host = judging.number(reply.get("ms")), judging.number(reply.get("host_ms"))
+        if ms is None or host is None:
+            raise judging.ClientFailed(CANDIDATE, message="candidate's process sent no time for a timed call")
+        uncovered[0].append(ms)
+        uncovered[1].append(host)
+        if not may_check or self.rng.random() >= _SPOT_CHECK_SHARE:
+            return 0
+        x = inputs.perturbed(pool[k], d)
+        ref_in = inputs.shifted(x, 1)
+        ref_out = self.call(self.forward, ref_model, ref_in)
+        self._spot_check(j, ref_out, x, ref_in)
+        return 1
 
     def ask_timed(self, cmd):
         """ask(), plus the milliseconds from sending the command to reading
@@ -98,25 +132,27 @@ class TimingRounds(object):
         reply = self.receive()
         return reply, timing.now_ms() - t0
 
-    def _calibrate(self, flush, pool_size, latency):
+    def _calibrate(self, clock, pool_size):
         """Rounds shaped like the timed ones (this process's GPU work, the
-        candidate process's prep, a timed call) with empty calls on both
-        sides: what the outside clock adds to a timed call, GPU context
-        switches between the two processes included. Only harness code runs
-        in them."""
+        candidate process's prep, a timed call under its cover) with empty
+        calls on both sides: what the outside clock adds to a timed call,
+        GPU context switches between the two processes included. Only
+        harness code runs in them."""
         overhead = []
         for k in range(_OVERHEAD_CALLS):
-            timing.timed_call(lambda: None, self.device, flush, latency)
+            clock.time(lambda: None)
             self.ask({"op": "prep", "pool": k % pool_size, "scale": 0.0, "shift": 1}, HARNESS)
             reply, ms = self.ask_timed({"op": "time", "empty": True})
             overhead.append(ms)
         return overhead
 
-    def _timed_forward(self, model, x, flush, latency):
-        def run():
-            with torch.no_grad():
-                return model(*x)
-        return timing.timed_call(run, self.device, flush, latency)
+    @staticmethod
+    def _no_grad(model, x):
+        with torch.no_grad():
+            return model(*x)
+
+    def _timed_forward(self, model, x, clock):
+        return clock.time(lambda: self._no_grad(model, x))
 
     def _spot_check(self, j, ref_out, x, ref_in):
         out_file = self.new_file("timed")
