@@ -52,7 +52,6 @@ class TimingRounds(object):
         # Each side sizes its own launch cover to its warm model (timing.Clock).
         warm = inputs.shifted(pool[0], 1)
         self.call(clock.fit, lambda: self._no_grad(ref_model, warm))
-        del warm
         self.ask({"op": "prep", "pool": 0, "scale": 0.0, "shift": 1}, HARNESS)
         fit = self.ask({"op": "fit"})
         cand_cover = judging.number(fit.get("cover_ms")) or 0.0
