@@ -88,13 +88,14 @@ class Clock(object):
         self.cover_ms = 0.0
         self.latency_ms = 0.0
         self._wait_ms = 0.0
-        self._cycles_per_ms = _sleep_rate(device) if device.type == "cuda" else 0.0
+        self._cycles_per_ms = 0.0  # measured by fit, on a warm GPU
 
     def fit(self, fn):
         """Sizes the cover to fn's warm host time (a multiple of its 90th
-        percentile plus a margin, at most 20 ms), then calibrates the sync latency with
-        empty calls that wait as long as a covered call of fn does (a host
-        thread woken after a longer wait wakes later). fn must be warm."""
+        percentile plus a margin, at most 20 ms), then calibrates the sync
+        latency with empty calls that wait as long as a covered call of fn
+        does (a host thread woken after a longer wait wakes later). fn must
+        be warm. Until fit, calls are timed without a cover."""
         if self.device.type != "cuda":
             return
         hosts = []
@@ -105,7 +106,7 @@ class Clock(object):
             hosts.append((_perf_counter() - t0) * 1e3)
             _cuda_sync(self.device)
         self.cover_ms = min(_COVER_MAX_MS, self._factor * _percentile(sorted(hosts), 0.9) + self._margin)
-        self._cycles_per_ms = max(self._cycles_per_ms, _sleep_rate(self.device))
+        self._cycles_per_ms = _sleep_rate(self.device)
         busy = sorted(self._events(fn, True)[0] for _ in range(5))
         self._wait_ms = busy[2]
         gaps = sorted(self._events(lambda: None, True)[2] for _ in range(_LATENCY_CALLS))
