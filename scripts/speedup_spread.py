@@ -94,10 +94,11 @@ def main():
             speed = rt.get("median_ms", 0) / ct["median_ms"] if ct.get("median_ms") else 0
             rules = sorted({v["rule_id"] for v in rep.get("verdicts", [])})
             print("RUN %-14s #%d %s speedup %.3fx candidate %.4f ms (outside %.4f, n=%d) reference %.4f ms "
-                  "(n=%d) cover %.3f/%.3f floor %.4f ms %s%s" % (
+                  "(n=%d) cover %.3f/%.3f outran %d/%d floor %.4f ms %s%s" % (
                       name, k, rep.get("outcome"), speed, ct.get("median_ms", 0),
                       ct.get("outside_median_ms", 0), ct.get("count", 0), rt.get("median_ms", 0),
-                      rt.get("count", 0), rt.get("cover_ms", 0), ct.get("cover_ms", 0), rep.get("physical_floor_ms", 0), " ".join(rules),
+                      rt.get("count", 0), rt.get("cover_ms", 0), ct.get("cover_ms", 0), rt.get("outran_calls", 0),
+                      ct.get("outran_calls", 0), rep.get("physical_floor_ms", 0), " ".join(rules),
                       "" if rep.get("outcome") == "OK" else " | " + rep.get("message", "")[:200]), flush=True)
     for name, reps in results.items():
         speeds = [r["reference_timing"]["median_ms"] / r["candidate_timing"]["median_ms"]

@@ -147,3 +147,29 @@ def test_side_stream_work_is_counted_by_the_clock():
     # or exposed by the uncovered calls.
     assert times["hidden_early_exposed"] or times["hidden_early"] > 0.7 * times["honest"], times
     assert times["hidden"] > 0.7 * times["honest"], times
+
+
+def test_outrun_cover_is_detected_and_launch_excess_is_small():
+    # A call whose host work (2 ms of Python before its kernel) outlasts a
+    # 0.1 ms cover is marked outran; under a 10 ms cover it is not. The
+    # judge's launch excess for one small kernel is a few tens of microseconds.
+    import time as _time
+    from kbox_harness import timing
+    device = torch.device("cuda:0")
+    x = torch.randn(1 << 20, device=device)
+
+    def slow_host():
+        _time.sleep(0.002)
+        return x * 2
+
+    clock = timing.Clock(device)
+    clock.fit(lambda: x * 2)
+    clock.cover_ms = 0.1
+    short = [clock.time(slow_host) for _ in range(5)]
+    clock.cover_ms = 10.0
+    long_ = [clock.time(slow_host) for _ in range(5)]
+    excess = clock.launch_excess()
+    print("outran short", [t.outran for t in short], "long", [t.outran for t in long_], "excess", excess)
+    assert all(t.outran for t in short) and not any(t.outran for t in long_)
+    assert sorted(t.ms for t in long_)[2] < 0.5 * sorted(t.ms for t in short)[2]
+    assert 0.0 <= excess < 0.1

@@ -324,15 +324,20 @@ class Worker(object):
         return {"cover_ms": self.clock.cover_ms}
 
     def op_time(self, cmd):
+        """One timed call, under the cover the judge commands (it sizes and
+        grows both sides' covers: judge_timing)."""
+        commanded = cmd.get("cover_ms")
+        if isinstance(commanded, (int, float)) and not isinstance(commanded, bool) and commanded >= 0:
+            self.clock.cover_ms = min(timing.COVER_MAX_MS, float(commanded))
         if cmd.get("empty"):
             # The judge's calibration: the same path as a timed call (guard
             # check and cover included), with nothing in the timed region.
-            ms, _, host = self.client(self.clock.time, lambda: None)
-            return {"ms": ms, "host_ms": host}
+            t = self.client(self.clock.time, lambda: None)
+            return {"ms": t.ms, "host_ms": t.host_ms, "outran": t.outran}
         x = self.prepared
-        ms, out, host = self.client(self.clock.time, lambda: self._no_grad(x), bool(cmd.get("cover", True)))
-        self.kept = (out, x)
-        return {"ms": ms, "host_ms": host}
+        t = self.client(self.clock.time, lambda: self._no_grad(x), bool(cmd.get("cover", True)))
+        self.kept = (t.out, x)
+        return {"ms": t.ms, "host_ms": t.host_ms, "outran": t.outran}
 
     def _no_grad(self, x):
         with torch.no_grad():

@@ -4,6 +4,7 @@ This module is imported by the stage before the candidate is, so a candidate
 that replaces time.perf_counter or torch.cuda.synchronize/Event cannot change
 what we measure with.
 """
+import collections
 import math
 import time
 
@@ -48,12 +49,30 @@ class L2Flush(object):
 _COVER_FACTOR = 2.0
 _COVER_MARGIN_MS = 0.05
 _COVER_MAX_MS = 20.0
+COVER_MAX_MS = _COVER_MAX_MS
 _FIT_CALLS = 10
 _LATENCY_CALLS = 16
-# Uncovered calls may exceed covered ones by their host time plus this
-# (hidden_by_cover): sync and event jitter.
+# Uncovered calls may exceed covered ones by their host time, the measured
+# launch excess (Clock.launch_excess) and this (hidden_by_cover): sync and
+# event jitter.
 _HIDDEN_SLACK_MS = 0.02
 _HIDDEN_SLACK_SHARE = 0.1
+_EXCESS_CALLS = 16
+_EXCESS_MAX_MS = 0.1
+# A covered call whose host launch work did not end this long before its
+# cover did is counted as outran: the doorbell of the last launch still has
+# to reach the GPU.
+_LAUNCH_MARGIN_MS = 0.01
+# Cover growth (CoverPolicy): the last calls it looks at, how many of them
+# must have outrun the cover, and the factor on their host time.
+_GROWTH_WINDOW = 8
+_GROWTH_OUTRUNS = 2
+_GROWTH_FACTOR = 1.5
+
+# One timed call: milliseconds, the call's output, host milliseconds of the
+# call itself, and whether the host was still launching when the cover ended
+# (the time then includes host latency: see Clock).
+Timed = collections.namedtuple("Timed", "ms out host_ms outran")
 
 
 class Clock(object):
@@ -114,34 +133,95 @@ class Clock(object):
         self.latency_ms = _percentile(gaps, 0.9)
 
     def time(self, fn, cover=True):
-        """(milliseconds, output, host milliseconds) of one call of fn(),
-        the L2 flushed first."""
+        """A Timed of one call of fn(), the L2 flushed first."""
         if self.device.type != "cuda":
             t0 = _perf_counter()
             out = fn()
             ms = (_perf_counter() - t0) * 1e3
-            return ms, out, ms
-        stream_ms, host_ms, lag_ms, out = self._events(fn, cover)
-        return device_counted(stream_ms, stream_ms + lag_ms, self.latency_ms), out, host_ms
+            return Timed(ms, out, ms, False)
+        stream_ms, host_ms, lag_ms, outran, out = self._events(fn, cover)
+        return Timed(device_counted(stream_ms, stream_ms + lag_ms, self.latency_ms), out, host_ms, outran)
+
+    def launch_excess(self):
+        """What an uncovered call of one small kernel takes beyond its host
+        time and its covered time (the last launch's way to the GPU and the
+        events' own latency), the median of a few tries, at most 0.1 ms.
+        Measured by the judge on its own harness kernel: the allowance
+        hidden_by_cover grants every uncovered call."""
+        if self.device.type != "cuda":
+            return 0.0
+        buf = torch.zeros(256, device=self.device)
+        fn = lambda: buf.add_(1.0)  # noqa: E731
+        excess = []
+        for _ in range(_EXCESS_CALLS):
+            covered = self.time(fn)
+            bare = self.time(fn, cover=False)
+            excess.append(bare.ms - bare.host_ms - covered.ms)
+        return min(_EXCESS_MAX_MS, max(0.0, _percentile(sorted(excess), 0.5)))
 
     def _events(self, fn, cover):
-        """(stream ms, host ms, end-to-after lag ms, output) of one call."""
+        """(stream ms, host ms, end-to-after lag ms, outran, output) of one call.
+
+        An event recorded before the cover shows how long the GPU spent on
+        the cover; if the host's time from recording it to the end of the
+        call's launches was not shorter, the GPU may have waited for a launch
+        inside the timed region (outran)."""
         _cuda_sync(self.device)
         self.flush()
-        if cover and self.cover_ms > 0:
-            _sleep(int((self.cover_ms + self._wait_ms) * self._cycles_per_ms))
+        covered = cover and self.cover_ms > 0
+        pre = _CudaEvent(enable_timing=True)
         start = _CudaEvent(enable_timing=True)
         end = _CudaEvent(enable_timing=True)
         after = _CudaEvent(enable_timing=True)
+        t_pre = _perf_counter()
+        if covered:
+            _event_record(pre)
+            _sleep(int((self.cover_ms + self._wait_ms) * self._cycles_per_ms))
         _event_record(start)
         t0 = _perf_counter()
         out = fn()
-        host_ms = (_perf_counter() - t0) * 1e3
+        t1 = _perf_counter()
         _event_record(end)
         _cuda_sync(self.device)
         _event_record(after)
         _cuda_sync(self.device)
-        return float(_event_elapsed(start, end)), host_ms, float(_event_elapsed(end, after)), out
+        outran = False
+        if covered:
+            outran = (t1 - t_pre) * 1e3 + _LAUNCH_MARGIN_MS >= float(_event_elapsed(pre, start))
+        return (float(_event_elapsed(start, end)), (t1 - t0) * 1e3, float(_event_elapsed(end, after)),
+                outran, out)
+
+
+class CoverPolicy(object):
+    """Grows one side's launch cover when its calls outrun it.
+
+    The fitted cover is sized on a warm model in a quiet moment; in the
+    timed rounds the two processes take turns, and a process woken for its
+    turn can launch more slowly (docs/gpu-verification.md). When at least
+    two of the last eight covered calls outran the cover, it grows to 1.5
+    times the 75th percentile of their host times plus the margin, up to
+    20 ms; a single slow call (a host hiccup) does not grow it."""
+
+    def __init__(self, cover_ms, margin_ms=_COVER_MARGIN_MS):
+        self.cover_ms = min(_COVER_MAX_MS, cover_ms)
+        self._margin = margin_ms
+        self._recent = collections.deque(maxlen=_GROWTH_WINDOW)
+        self.outran = 0
+        self.grown = 0
+
+    def record(self, host_total_ms, outran):
+        """Notes one covered call; returns the cover for the next one."""
+        self._recent.append((host_total_ms, outran))
+        if outran:
+            self.outran += 1
+            if sum(1 for _, o in self._recent if o) >= _GROWTH_OUTRUNS:
+                hosts = sorted(h for h, _ in self._recent)
+                want = min(_COVER_MAX_MS, _GROWTH_FACTOR * _percentile(hosts, 0.75) + self._margin)
+                if want > self.cover_ms:
+                    self.cover_ms = want
+                    self.grown += 1
+                    self._recent.clear()
+        return self.cover_ms
 
 
 def _sleep_rate(device):
@@ -162,20 +242,22 @@ def _sleep_rate(device):
     return best or 1.0e6
 
 
-def hidden_by_cover(covered_ms, uncovered_ms, uncovered_host_ms):
+def hidden_by_cover(covered_ms, uncovered_ms, uncovered_host_ms, excess_ms=0.0):
     """Why covered calls hid work, or None.
 
     An uncovered call starts its clock on an idle GPU, so it counts the
     host's launch work and everything the call ran on any stream; it can
-    exceed the covered time of the same work by at most the host time of
-    the call (the launch latency lies within it). More than that, beyond
-    noise, means work that ran while the cover spun, unseen by its events."""
+    exceed the covered time of the same work by the host time of the call
+    plus excess_ms, the way of the last launch to the GPU and the events'
+    latency (Clock.launch_excess, measured by the judge: about 0.02 ms on an
+    H100). More than that, beyond noise, means work that ran while the cover
+    spun, unseen by its events."""
     if len(covered_ms) < 3 or len(uncovered_ms) < 3:
         return None
     covered = _percentile(sorted(covered_ms), 0.5)
     uncovered = _percentile(sorted(uncovered_ms), 0.5)
     host = _percentile(sorted(uncovered_host_ms), 0.5)
-    if uncovered - host > covered + max(_HIDDEN_SLACK_MS, _HIDDEN_SLACK_SHARE * covered):
+    if uncovered - host > covered + excess_ms + max(_HIDDEN_SLACK_MS, _HIDDEN_SLACK_SHARE * covered):
         return ("calls timed behind the launch cover took a median of %.4g ms; calls without it %.4g ms, "
                 "%.4g ms of which the host spent launching: work ran on the GPU unseen by the covered "
                 "calls' clock" % (covered, uncovered, host))
