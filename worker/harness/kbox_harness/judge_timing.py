@@ -66,7 +66,6 @@ class TimingRounds(object):
         cand_cover = timing.CoverPolicy(judging.number(fit.get("cover_ms")) or 0.0)
         calibration_cover = cand_cover.cover_ms
         overhead = self._calibrate(clock, len(pool), calibration_cover)
-        excess = clock.launch_excess()
         ref_all, ref_covered, cand_times, outside = [], [], [], []
         uncovered = ([], [])  # the candidate's calls without the cover: times, host times
         checks = 0
@@ -119,6 +118,7 @@ class TimingRounds(object):
             cand.update(cover_ms=cand_cover.cover_ms, outran_calls=cand_cover.outran)
         cand["outside_median_ms"] = timing.stats(outside, method)["median_ms"]
         self.report["candidate_timing"] = cand
+        excess = clock.launch_excess(timing.median(uncovered[1])) if uncovered[1] else 0.0
         why = timing.outside_disagrees(cand_times, outside, overhead) or \
             timing.hidden_by_cover(cand_times, uncovered[0], uncovered[1], excess)
         if why:
