@@ -209,6 +209,9 @@ def main():
         failures += 0 if ok else 1
         results[name] = result
         print("%s %-40s %-6s %s" % ("PASS" if ok else "FAIL", name, backend, describe(result)), flush=True)
+        for v in result.get("verdicts", []):  # run-stage findings in full: the evidence of a verdict
+            if v.get("phase") == "PHASE_RUN":
+                print("     %s %s: %s" % (v.get("severity"), v.get("rule_id"), v.get("message", "")[:400]), flush=True)
 
     try:
         with concurrent.futures.ThreadPoolExecutor(max_workers=len(cases) + 1) as pool:

@@ -1,5 +1,6 @@
 """GPU backends (CUDA load_inline, Triton); skipped where no GPU is visible."""
 import os
+import sys
 
 import pytest
 import torch
@@ -154,6 +155,8 @@ def test_outrun_cover_is_detected_and_launch_excess_is_small():
     # 0.1 ms cover is marked outran; under a 10 ms cover it is not. The
     # judge's launch excess for one small kernel is a few tens of microseconds.
     import time as _time
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "worker", "harness"))
     from kbox_harness import timing
     device = torch.device("cuda:0")
     x = torch.randn(1 << 20, device=device)

@@ -54,8 +54,12 @@ _FIT_CALLS = 10
 _LATENCY_CALLS = 16
 # Uncovered calls may exceed covered ones by their host time, the measured
 # launch excess (Clock.launch_excess) and this (hidden_by_cover): sync and
-# event jitter.
-_HIDDEN_SLACK_MS = 0.02
+# event jitter. 0.05 ms, not less: on an H100 honest launch-bound calls
+# (0.007 ms kernels behind 0.08 ms of host Python) exceeded their covered
+# time plus host time by 0.023-0.024 ms (docs/gpu-verification.md), and an
+# allowance of 0.02 ms rejected them; hidden work under 0.05 ms a call is
+# the documented residual (docs/threat-model.md).
+_HIDDEN_SLACK_MS = 0.05
 _HIDDEN_SLACK_SHARE = 0.1
 _EXCESS_CALLS = 16
 _EXCESS_MAX_MS = 0.1
@@ -272,8 +276,8 @@ def hidden_by_cover(covered_ms, uncovered_ms, uncovered_host_ms, excess_ms=0.0):
     host = _percentile(sorted(uncovered_host_ms), 0.5)
     if uncovered - host > covered + excess_ms + max(_HIDDEN_SLACK_MS, _HIDDEN_SLACK_SHARE * covered):
         return ("calls timed behind the launch cover took a median of %.4g ms; calls without it %.4g ms, "
-                "%.4g ms of which the host spent launching: work ran on the GPU unseen by the covered "
-                "calls' clock" % (covered, uncovered, host))
+                "%.4g ms of which the host spent launching (launch excess %.4g ms): work ran on the GPU "
+                "unseen by the covered calls' clock" % (covered, uncovered, host, excess_ms))
     return None
 
 
