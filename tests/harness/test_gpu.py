@@ -150,10 +150,9 @@ def test_side_stream_work_is_counted_by_the_clock():
     assert times["hidden"] > 0.7 * times["honest"], times
 
 
-def test_outrun_cover_is_detected_and_launch_excess_is_small():
+def test_outrun_cover_is_detected():
     # A call whose host work (2 ms of Python before its kernel) outlasts a
-    # 0.1 ms cover is marked outran; under a 10 ms cover it is not. The
-    # judge's launch excess for one small kernel is a few tens of microseconds.
+    # 0.1 ms cover is marked outran; under a 10 ms cover it is not.
     import time as _time
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
         os.path.abspath(__file__)))), "worker", "harness"))
@@ -171,8 +170,6 @@ def test_outrun_cover_is_detected_and_launch_excess_is_small():
     short = [clock.time(slow_host) for _ in range(5)]
     clock.cover_ms = 10.0
     long_ = [clock.time(slow_host) for _ in range(5)]
-    excess = {idle: clock.launch_excess(idle) for idle in (0.0, 0.08, 0.5)}
-    print("outran short", [t.outran for t in short], "long", [t.outran for t in long_], "excess", excess)
+    print("outran short", [t.outran for t in short], "long", [t.outran for t in long_])
     assert all(t.outran for t in short) and not any(t.outran for t in long_)
     assert sorted(t.ms for t in long_)[2] < 0.5 * sorted(t.ms for t in short)[2]
-    assert all(0.0 <= e <= 0.1 for e in excess.values())

@@ -70,42 +70,17 @@ def test_a_launch_bound_call_is_not_mistaken_for_hidden_work():
     assert timing.hidden_by_cover(covered, uncovered, host) is None
 
 
-def test_an_honest_launch_bound_call_passes_within_the_measured_launch_excess():
-    # The H100 figures of example/bias_relu_cuda on 2026-11-24, which the
-    # check without the launch excess rejected: 0.0067 ms of kernel launched
-    # through 0.077 ms of host Python; the uncovered calls also time the last
+def test_an_honest_launch_bound_call_passes_within_the_allowance():
+    # The H100 figures of example/bias_relu_cuda on 2026-11-24, which an
+    # allowance of 0.02 ms rejected: 0.0067 ms of kernel launched through
+    # 0.077 ms of host Python; the uncovered calls also time the last
     # launch's way to the GPU (~0.023 ms).
     covered = [0.0067] * 100
     uncovered = [0.1071] * 50
     host = [0.0773] * 50
     assert timing.hidden_by_cover(covered, uncovered, host) is None
-    assert timing.hidden_by_cover(covered, uncovered, host, excess_ms=0.022) is None
     # 0.06 ms of work beyond that is not within the allowance.
     assert timing.hidden_by_cover(covered, [0.1671] * 50, host)
-
-
-def test_the_launch_excess_does_not_hide_a_side_stream_matmul():
-    covered = [0.010] * 8
-    uncovered = [0.330] * 8
-    host = [0.025] * 8
-    assert timing.hidden_by_cover(covered, uncovered, host, excess_ms=0.1)
-
-
-def test_cover_grows_when_calls_keep_outrunning_it():
-    policy = timing.CoverPolicy(0.12)
-    assert policy.record(0.05, False) == 0.12
-    assert policy.record(0.30, True) == 0.12  # one slow call: a hiccup
-    grown = policy.record(0.28, True)
-    assert grown > 0.28 and policy.grown == 1 and policy.outran == 2
-    for _ in range(8):
-        assert policy.record(0.05, False) == grown  # never shrinks
-
-
-def test_cover_growth_is_capped():
-    policy = timing.CoverPolicy(1.0)
-    for _ in range(3):
-        policy.record(500.0, True)
-    assert policy.cover_ms == timing.COVER_MAX_MS
 
 
 def test_cpu_clock_is_wall_time_and_needs_no_fitting():

@@ -324,11 +324,6 @@ class Worker(object):
         return {"cover_ms": self.clock.cover_ms}
 
     def op_time(self, cmd):
-        """One timed call, under the cover the judge commands (it sizes and
-        grows both sides' covers: judge_timing)."""
-        commanded = cmd.get("cover_ms")
-        if isinstance(commanded, (int, float)) and not isinstance(commanded, bool) and commanded >= 0:
-            self.clock.cover_ms = min(timing.COVER_MAX_MS, float(commanded))
         if cmd.get("empty"):
             # The judge's calibration: the same path as a timed call (guard
             # check and cover included), with nothing in the timed region.

@@ -23,12 +23,7 @@ _TIMING_POOL = 4          # distinct input sets drawn for timing
 _SPOT_CHECK_SHARE = 0.25  # timed outputs compared with the reference's
 _MAX_SPOT_CHECKS = 24     # each one writes and reads the output through a file
 _OVERHEAD_CALLS = 12      # empty rounds that calibrate the outside clock
-
-
-def _reference_sample(covered, every):
-    """The reference's covered calls, unless too few of them were (a host
-    slower than even the largest cover): then every call, latency and all."""
-    return covered if len(covered) >= max(5, len(every) // 2) else every
+_OVERHEAD_EVERY = 8       # and one more after every this many timed rounds
 
 
 class TimingRounds(object):
@@ -55,18 +50,15 @@ class TimingRounds(object):
             self.call(self.forward, ref_model, inputs.shifted(pool[k], 1))
             self.ask({"op": "prep", "pool": k, "scale": 0.0, "shift": 1}, HARNESS)
             self.ask({"op": "time"})
-        # Each side sizes its own launch cover to its warm model (timing.Clock);
-        # from then on this process commands both covers and grows each one
-        # its calls keep outrunning (timing.CoverPolicy).
+        # Each side sizes its own launch cover to its warm model (timing.Clock).
         warm = inputs.shifted(pool[0], 1)
         self.call(clock.fit, lambda: self._no_grad(ref_model, warm))
         self.ask({"op": "prep", "pool": 0, "scale": 0.0, "shift": 1}, HARNESS)
         fit = self.ask({"op": "fit"})
-        ref_cover = timing.CoverPolicy(clock.cover_ms, margin_ms=0.1)
-        cand_cover = timing.CoverPolicy(judging.number(fit.get("cover_ms")) or 0.0)
-        calibration_cover = cand_cover.cover_ms
-        overhead = self._calibrate(clock, len(pool), calibration_cover)
-        ref_all, ref_covered, cand_times, outside = [], [], [], []
+        cand_cover = judging.number(fit.get("cover_ms")) or 0.0
+        overhead = self._calibrate(clock, len(pool))
+        ref_times, cand_times, outside = [], [], []
+        outran = [0, 0]  # calls whose host launch work outlasted the cover: reference, candidate
         uncovered = ([], [])  # the candidate's calls without the cover: times, host times
         checks = 0
         started = timing.now_ms()
@@ -76,51 +68,41 @@ class TimingRounds(object):
             d = self.rng.uniform(-1e-3, 1e-3)
             x = inputs.perturbed(pool[k], d)
             ref_in = inputs.shifted(x, self.rng.randrange(1, 9))
-            clock.cover_ms = ref_cover.cover_ms
             ref = self.call(self._timed_forward, ref_model, ref_in, clock)
-            ref_cover.record(ref.host_ms, ref.outran)
             ref_out = ref.out
             self.ask({"op": "prep", "pool": k, "scale": d, "shift": self.rng.randrange(1, 9)}, HARNESS)
-            commanded = cand_cover.cover_ms
-            reply, ms = self.ask_timed({"op": "time", "cover_ms": commanded})
-            # The outside clock was calibrated under the first cover; a grown
-            # one is this process's own command, not the candidate's time.
-            outside.append(ms - max(0.0, commanded - calibration_cover))
-            cand_ms, host = judging.number(reply.get("ms")), judging.number(reply.get("host_ms"))
-            if cand_ms is None or host is None:
+            reply, ms = self.ask_timed({"op": "time"})
+            outside.append(ms)
+            cand_ms = judging.number(reply.get("ms"))
+            if cand_ms is None:
                 raise judging.ClientFailed(CANDIDATE, message="candidate's process sent no time for a timed call")
-            cand_cover.record(host, reply.get("outran") is True)
-            # The reference's calls that outran their cover timed host latency:
-            # they are left out (trusted code; see timing.Clock). The
-            # candidate's all count, so it cannot choose which calls to drop.
-            ref_all.append(ref.ms)
-            if not ref.outran:
-                ref_covered.append(ref.ms)
+            ref_times.append(ref.ms)
             cand_times.append(cand_ms)
+            outran[0] += 1 if ref.outran else 0
+            outran[1] += 1 if reply.get("outran") is True else 0
             if checks < _MAX_SPOT_CHECKS and (j < 2 or self.rng.random() < _SPOT_CHECK_SHARE):
                 checks += 1
                 self._spot_check(j, ref_out, x, ref_in)
             del ref_out, ref_in, x, ref
             if self.device.type == "cuda" and j % 2 == 1:
                 checks += self._uncovered_call(ref_model, pool, k, uncovered, checks < _MAX_SPOT_CHECKS, j)
+            if j % _OVERHEAD_EVERY == _OVERHEAD_EVERY - 1:
+                overhead.append(self._empty_round(clock, k))
             n = j + 1
             if n >= spec.performance_trials:
-                ref_times = _reference_sample(ref_covered, ref_all)
                 settled = timing.relative_ci(ref_times) <= 0.01 and timing.relative_ci(cand_times) <= 0.01
                 if settled or timing.now_ms() - started > _TIMING_BUDGET_MS:
                     break
         method = timing.METHOD_CUDA if self.device.type == "cuda" else timing.METHOD_CPU
-        ref_times = _reference_sample(ref_covered, ref_all)
         self.report["reference_timing"] = timing.stats(ref_times, method)
         cand = timing.stats(cand_times, method)
         if self.device.type == "cuda":
-            self.report["reference_timing"].update(cover_ms=ref_cover.cover_ms, outran_calls=ref_cover.outran)
-            cand.update(cover_ms=cand_cover.cover_ms, outran_calls=cand_cover.outran)
+            self.report["reference_timing"].update(cover_ms=clock.cover_ms, outran_calls=outran[0])
+            cand.update(cover_ms=cand_cover, outran_calls=outran[1])
         cand["outside_median_ms"] = timing.stats(outside, method)["median_ms"]
         self.report["candidate_timing"] = cand
-        excess = clock.launch_excess(timing.median(uncovered[1])) if uncovered[1] else 0.0
         why = timing.outside_disagrees(cand_times, outside, overhead) or \
-            timing.hidden_by_cover(cand_times, uncovered[0], uncovered[1], excess)
+            timing.hidden_by_cover(cand_times, uncovered[0], uncovered[1])
         if why:
             self.findings.add("run.timing-mismatch", why)
         self._physical_floor(cand["median_ms"])
@@ -156,19 +138,22 @@ class TimingRounds(object):
         reply = self.receive()
         return reply, timing.now_ms() - t0
 
-    def _calibrate(self, clock, pool_size, cover_ms):
+    def _calibrate(self, clock, pool_size):
         """Rounds shaped like the timed ones (this process's GPU work, the
         candidate process's prep, a timed call under its cover) with empty
         calls on both sides: what the outside clock adds to a timed call,
         GPU context switches between the two processes included. Only
-        harness code runs in them."""
-        overhead = []
-        for k in range(_OVERHEAD_CALLS):
-            clock.time(lambda: None)
-            self.ask({"op": "prep", "pool": k % pool_size, "scale": 0.0, "shift": 1}, HARNESS)
-            reply, ms = self.ask_timed({"op": "time", "empty": True, "cover_ms": cover_ms})
-            overhead.append(ms)
-        return overhead
+        harness code runs in them. More are made during the timed rounds
+        (_empty_round), so a host that gets busier meanwhile (other jobs'
+        compiles on a loaded machine) is not read as time hidden from the
+        candidate's clock."""
+        return [self._empty_round(clock, k % pool_size) for k in range(_OVERHEAD_CALLS)]
+
+    def _empty_round(self, clock, k):
+        clock.time(lambda: None)
+        self.ask({"op": "prep", "pool": k, "scale": 0.0, "shift": 1}, HARNESS)
+        reply, ms = self.ask_timed({"op": "time", "empty": True})
+        return ms
 
     @staticmethod
     def _no_grad(model, x):
