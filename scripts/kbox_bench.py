@@ -181,8 +181,10 @@ def summarise(args, info, records, window_s, metrics, baseline, scale_note):
     run_s = [r["result"].get("durations", {}).get("run_ms", 0) / 1000 for r in records]
     slots = gpus or info.get("cpu_run_slots", 1) or 1
     busy = sum(run_s) / (window_s * slots) if window_s else None
-    hit_overhead = [(r["result"]["durations"].get("total_ms", 0) - r["result"]["durations"].get("run_ms", 0))
-                    / 1000 for r in hits]
+    d = lambda r, k: r["result"]["durations"].get(k, 0) / 1000  # noqa: E731
+    hit_overhead = [d(r, "total_ms") - d(r, "run_ms") for r in hits]
+    # The same without the wait for a free run slot, which is load, not the cache.
+    hit_unqueued = [d(r, "total_ms") - d(r, "run_ms") - d(r, "queue_wait_ms") for r in hits]
     s = {
         "backend": args.backend, "gpus": gpus, "devices_counted": devices,
         "cpu_run_slots": info.get("cpu_run_slots"), "compile_workers": info.get("compile_workers"),
@@ -199,6 +201,7 @@ def summarise(args, info, records, window_s, metrics, baseline, scale_note):
         "cache_hit_rate_resubmitted": (sum(1 for r in again if r["result"].get("build_cache_hit")) /
                                        len(again)) if again else None,
         "hit_overhead_p50_s": pct(hit_overhead, 50), "hit_overhead_p99_s": pct(hit_overhead, 99),
+        "hit_unqueued_p50_s": pct(hit_unqueued, 50), "hit_unqueued_p99_s": pct(hit_unqueued, 99),
         "metrics": metrics,
     }
     s["baseline"] = baseline
@@ -243,6 +246,8 @@ def print_summary(s):
     print("hit latency without the run (total - run): p50 %s s, p99 %s s   [target <= 0.2 s: %s]" % (
         f(s["hit_overhead_p50_s"], "%.3f"), f(s["hit_overhead_p99_s"], "%.3f"),
         verdict(s["hit_overhead_p99_s"], TARGETS["hit_overhead_s"], higher_is_better=False)))
+    print("hit latency without the run and the queue wait: p50 %s s, p99 %s s" % (
+        f(s["hit_unqueued_p50_s"], "%.3f"), f(s["hit_unqueued_p99_s"], "%.3f")))
     for b in s["baseline"]:
         print("  baseline %s: correct=%s compile %.1f s, total %.1f s, candidate %.4f ms, "
               "reference %.4f ms" % (b["id"], b["correct"], b["compile_s"], b["total_s"],
