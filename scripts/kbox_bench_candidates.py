@@ -156,7 +156,7 @@ def cuda_source(problem, variant):
     launch_args = "".join(", %s_f" % n for n, _ in problem.params)
     return ("#include <torch/extension.h>\n#include <ATen/cuda/CUDAContext.h>\n#include <algorithm>\n\n" +
             _act_function(problem, "__device__ __forceinline__") +
-            "\n__global__ void %s_kernel(const float* __restrict__ src, float* __restrict__ dst, "
+            "\n__global__ void act_%s_kernel(const float* __restrict__ src, float* __restrict__ dst, "
             "int64_t n%s) {\n" % (problem.slug, kargs) + body + "}\n"
             "\ntorch::Tensor run_%s(torch::Tensor x%s) {\n" % (problem.slug, _cpp_params(problem)) +
             "    TORCH_CHECK(x.is_cuda(), \"expected a CUDA tensor\");\n"
@@ -164,7 +164,7 @@ def cuda_source(problem, variant):
             "    auto xc = x.contiguous();\n    auto out = torch::empty_like(xc);\n"
             "    const int64_t n = xc.numel();\n    if (n == 0) return out;\n" + _float_params(problem) +
             "    const int64_t blocks = (n + %d - 1) / %d;\n" % (block * ept, block * ept) +
-            "    %s_kernel<<<(unsigned int)(%s), %d, 0, at::cuda::getCurrentCUDAStream()>>>(\n"
+            "    act_%s_kernel<<<(unsigned int)(%s), %d, 0, at::cuda::getCurrentCUDAStream()>>>(\n"
             "        xc.data_ptr<float>(), out.data_ptr<float>(), n%s);\n" % (problem.slug, grid, block,
                                                                          launch_args) +
             "    C10_CUDA_KERNEL_LAUNCH_CHECK();\n    return out;\n}\n")
