@@ -8,6 +8,7 @@ Paths: KBOX_BIN_DIR (default <repo>/build/bin), KBOX_SHARED_DIR (default <repo>/
 """
 import ast
 import os
+import re
 import subprocess
 import sys
 
@@ -44,7 +45,11 @@ def test_candidates_parse_as_kernelbench_format(backend):
         assert classes == {"ModelNew"}, c["id"]
         assert "load_inline(" in c["candidate_source"]
         if backend == "cuda":
-            assert "__global__" in c["kernel_source"] and "<<<" in c["kernel_source"]
+            # A kernel the launch names, with a valid C++ identifier (the static
+            # checks do not compile, so a name like 20_relu_kernel passes them).
+            kernels = re.findall(r"__global__ void (\w+)\(", c["kernel_source"])
+            assert len(kernels) == 1 and re.match(r"[A-Za-z_]\w*$", kernels[0]), c["id"]
+            assert kernels[0] + "<<<" in c["kernel_source"], c["id"]
         else:
             assert "cpp_sources=_source" in c["candidate_source"]
 
