@@ -275,12 +275,16 @@ def main():
     p.add_argument("--cpu-scale", type=int, default=64,
                    help="cpu backend: divide batch_size and dim of each problem by this (1: full size)")
     p.add_argument("--gpu-scale", type=int, default=1, help="cuda backend: the same for GPU memory")
+    p.add_argument("--levels", default="1",
+                   help="KernelBench levels to draw problems from: 1 (activations), 2 (linear + epilogue; "
+                        "naive kernels, slow at full size on a GPU), or 1,2")
     p.add_argument("--seed", type=int, default=1, help="picks which candidates are resubmitted")
     p.add_argument("--out", default="", help="directory for summary.json and results.json")
     args = p.parse_args()
 
     scale = args.cpu_scale if args.backend == "cpu" else args.gpu_scale
-    jobs = candidates.generate(args.jobs, args.backend, args.shared, scale)
+    levels = tuple(int(x) for x in args.levels.split(","))
+    jobs = candidates.generate(args.jobs, args.backend, args.shared, scale, levels)
     scale_note = "as in KernelBench (full size)"
     if scale > 1:
         changes = sorted({"%s %d->%d" % (k, o, n) for j in jobs for k, (o, n) in j["scaled"].items()})

@@ -1,6 +1,7 @@
 """Distinct honest KernelBench candidates for scripts/kbox_bench.py (stdlib only).
 
-Each candidate is a real KernelBench level-1 problem file (read by path from
+Each candidate is a real KernelBench level-1 (activations, here) or level-2
+(linear + epilogue, kbox_bench_linear.py) problem file (read by path from
 <shared>/datasets/kernelbench, never copied) and a `class ModelNew` that builds its
 own kernel with `load_inline`: C++ loops for the `cpu` backend, a `__global__`
 kernel for `cuda`. Candidates differ in code that the compiler sees (unroll
@@ -11,6 +12,9 @@ real miss of kboxd's build cache.
 import itertools
 import os
 import re
+import sys
+
+import kbox_bench_linear
 
 # (file, C++ body of act(v, ...) as a float expression, init parameters
 # (name, default) as Model.__init__ takes them, size constants of the file).
@@ -32,7 +36,7 @@ _ACTIVATIONS = [
     ("88_MinGPTNewGelu.py",
      "0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)))", []),
 ]
-SIZE_CONSTANTS = ("batch_size", "dim")
+SIZE_CONSTANTS = ("batch_size", "dim") + kbox_bench_linear.SIZE_CONSTANTS[1:]
 
 _CPU_VARIANTS = ([("index", u, 0) for u in (1, 2, 4, 8, 16)] +
                  [("pointer", u, 0) for u in (1, 2, 4, 8, 16)] +
@@ -62,7 +66,7 @@ def problems(shared):
 
 def reference_source(problem, scale=1):
     """The problem file's text; with scale > 1 every size constant at module
-    level (batch_size, dim) is divided by it. Returns (source, {name: (old, new)})."""
+    level (batch_size, dim, in_features, out_features) is divided by it. Returns (source, {name: (old, new)})."""
     with open(problem.path) as f:
         text = f.read()
     changes = {}
@@ -209,21 +213,38 @@ def candidate_source(problem, backend, index):
     return _model_new(problem, load), code, what
 
 
-def generate(n, backend, shared, scale=1):
+def problem_set(shared, levels=(1,)):
+    """[(problem, module that writes its candidates)] for the KernelBench levels asked."""
+    out = []
+    if 1 in levels:
+        out += [(p, sys.modules[__name__]) for p in problems(shared)]
+    if 2 in levels:
+        out += [(p, kbox_bench_linear) for p in kbox_bench_linear.problems(shared)]
+    return out
+
+
+def max_candidates(backend, shared, levels=(1,)):
+    pairs = problem_set(shared, levels)
+    return len(pairs) * min(len(module.variants(backend)) for _, module in pairs)
+
+
+def generate(n, backend, shared, scale=1, levels=(1,)):
     """n distinct candidates, cycling over the problems so consecutive jobs
     hit different problems. Each is a dict: id, problem, reference_path,
     reference_source, candidate_source, kernel_source, variant, scaled."""
-    probs = problems(shared)
-    per_problem = len(variants(backend))
-    if n > per_problem * len(probs):
-        raise ValueError("at most %d distinct %s candidates" % (per_problem * len(probs), backend))
+    pairs = problem_set(shared, levels)
+    if n > max_candidates(backend, shared, levels):
+        raise ValueError("at most %d distinct %s candidates" % (max_candidates(backend, shared, levels),
+                                                               backend))
     out = []
     for i in range(n):
-        problem = probs[i % len(probs)]
-        index = i // len(probs)
+        problem, module = pairs[i % len(pairs)]
+        index = i // len(pairs)
         ref, changes = reference_source(problem, scale)
-        cand, code, what = candidate_source(problem, backend, index)
-        out.append({"id": "%s-%s-%d" % (backend, problem.slug, index), "problem": problem.name,
+        cand, code, what = module.candidate_source(problem, backend, index)
+        level = os.path.basename(os.path.dirname(problem.path))
+        out.append({"id": "%s-%s-%s-%d" % (backend, level, problem.slug, index),
+                    "problem": "%s/%s" % (level, problem.name),
                     "reference_path": problem.path, "reference_source": ref,
                     "candidate_source": cand, "kernel_source": code, "variant": what,
                     "scaled": changes})

@@ -23,8 +23,11 @@ POLICY = os.path.join(os.environ.get("KBOX_BIN_DIR") or os.path.join(REPO, "buil
 BACKENDS = ("cpu", "cuda")
 
 
+LEVELS = (1, 2)
+
+
 def every_candidate(backend, scale=1):
-    return gen.generate(len(gen.variants(backend)) * len(gen.problems(SHARED)), backend, SHARED, scale)
+    return gen.generate(gen.max_candidates(backend, SHARED, LEVELS), backend, SHARED, scale, LEVELS)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -55,11 +58,11 @@ def test_candidates_parse_as_kernelbench_format(backend):
 
 
 def test_references_are_the_kernelbench_files():
-    probs = gen.problems(SHARED)
-    assert len(probs) >= 10
-    for p in probs:
+    pairs = gen.problem_set(SHARED, LEVELS)
+    assert len(pairs) >= 15
+    for p, _ in pairs:
         assert os.path.isfile(p.path), p.path
-        assert "/level1/" in p.path
+        assert os.path.basename(os.path.dirname(p.path)) in ("level1", "level2")
         with open(p.path) as f:
             text = f.read()
         source, changes = gen.reference_source(p, scale=1)
@@ -75,11 +78,15 @@ def test_scale_shrinks_only_the_size_constants():
     assert changes == {"batch_size": (4096, 64), "dim": (393216, 6144)}
     assert "batch_size = 64\n" in small and "dim = 6144\n" in small
     assert small.replace("batch_size = 64", "batch_size = 4096").replace("dim = 6144", "dim = 393216") == full
+    linear = gen.kbox_bench_linear.problems(SHARED)[0]
+    small, changes = gen.reference_source(linear, scale=64)
+    assert changes == {"batch_size": (1024, 16), "in_features": (8192, 128), "out_features": (8192, 128)}
+    assert "bias_shape = (out_features,)" in small
 
 
 def test_generate_refuses_more_than_it_can_make_distinct():
     with pytest.raises(ValueError):
-        gen.generate(len(gen.variants("cpu")) * len(gen.problems(SHARED)) + 1, "cpu", SHARED)
+        gen.generate(gen.max_candidates("cpu", SHARED, LEVELS) + 1, "cpu", SHARED, 1, LEVELS)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
