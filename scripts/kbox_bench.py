@@ -193,7 +193,7 @@ def summarise(args, info, records, window_s, metrics, baseline, scale_note):
         "evals_per_hour": len(records) / hours, "distinct_per_hour": len(cold) / hours,
         "distinct_per_device_hour": len(cold) / hours / devices,
         "statuses": statuses, "correct_rewardable": len(good),
-        "not_correct": [(r["id"], r["result"].get("status"), r["result"].get("message", "")[:160])
+        "not_correct": [(r["id"], r["result"].get("status"), r["result"].get("message", "")[:300])
                         for r in records if r not in good],
         "phases_cold": phase_table(cold), "phases_resubmitted": phase_table(again),
         "busy_fraction": busy, "busy_slots": slots,
