@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""kbox-bench: throughput of kboxd on a stream of distinct honest KernelBench
-candidates, against the plain serial baseline on the same jobs (issue 6).
+"""kbox-bench: kboxd's throughput on distinct honest KernelBench candidates vs the serial baseline.
+
+Issue 6: the same jobs go through kboxd and through a plain serial loop.
 
 1. Generates N distinct honest candidates (scripts/kbox_bench_candidates.py) for
    KernelBench level-1 problems read from <shared>/datasets/kernelbench.
@@ -273,7 +274,8 @@ def main():
     p.add_argument("--python", default=sys.executable, help="interpreter of kboxd's workers and the baseline")
     p.add_argument("--shared", default=os.path.join(REPO, "..", "shared"))
     p.add_argument("--cpu-scale", type=int, default=64,
-                   help="cpu backend: divide batch_size and dim of each problem by this (1: full size)")
+                   help="cpu backend: divide each problem's batch_size, dim, in_features and out_features "
+                        "by this (1: full size; the summary says when sizes were shrunk)")
     p.add_argument("--gpu-scale", type=int, default=1, help="cuda backend: the same for GPU memory")
     p.add_argument("--levels", default="1",
                    help="KernelBench levels to draw problems from: 1 (activations), 2 (linear + epilogue; "
