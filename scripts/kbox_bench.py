@@ -4,7 +4,8 @@
 Issue 6: the same jobs go through kboxd and through a plain serial loop.
 
 1. Generates N distinct honest candidates (scripts/kbox_bench_candidates.py) for
-   KernelBench level-1 problems read from <shared>/datasets/kernelbench.
+   KernelBench level-1 (with --levels 1,2 also level-2) problems read from
+   <shared>/datasets/kernelbench.
 2. Starts kboxd (or uses --server) and submits them through the async API
    (POST /v1/jobs with idempotency keys, GET /v1/jobs/<id>?wait=60) with
    --concurrency jobs in flight, plus --resubmit-share exact resubmissions of
