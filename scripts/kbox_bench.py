@@ -26,6 +26,7 @@ import os
 import queue
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -56,7 +57,7 @@ def start_daemon(python, log_path):
     if "listening on " not in line:
         proc.kill()
         sys.exit("kboxd did not start (%r); see %s" % (line, log_path))
-    return proc, line.strip().split("listening on ")[1]
+    return proc, line.strip().split("listening on ")[1], work_dir
 
 
 def http(server, path, body=None, timeout=90):
@@ -301,7 +302,7 @@ def main():
     server = args.server
     if not server:
         log_path = os.path.join(tempfile.gettempdir(), "kbox-bench-kboxd-%d.log" % os.getpid())
-        daemon, server = start_daemon(args.python, log_path)
+        daemon, server, work_dir = start_daemon(args.python, log_path)
         print("kboxd at %s (log %s)" % (server, log_path), flush=True)
     try:
         info = http(server, "/v1/info")
@@ -316,6 +317,7 @@ def main():
         if daemon:
             daemon.send_signal(signal.SIGTERM)
             daemon.wait(timeout=300)
+            shutil.rmtree(work_dir, ignore_errors=True)  # its build cache is this run's only
     timed = [r for r in records if r["done"]]
     window = (max(r["done"] for r in timed) - min(r["submitted"] for r in timed)) if timed else 0.0
     metrics = {k: (after[k] - before[k]) if after[k] is not None and before[k] is not None else None
