@@ -8,8 +8,8 @@ does (commit 423217d; ../shared/research/anchors-mission.md, section a.4):
 - 5 correctness trials: seeded inputs, reference then candidate, torch.allclose
   with KernelBench's tolerance for fp32 (atol = rtol = 1e-4);
 - when correct, timing: 3 warm-up calls, then 100 timed calls of the candidate
-  and of the reference (CUDA events around each call on GPU, time.perf_counter
-  on CPU), synchronising before each call.
+  and of the reference (CUDA events around each call on GPU after writing
+  256 MB to flush L2, time.perf_counter on CPU), synchronising before each call.
 
 Usage: python3 kbox_bench_baseline.py JOBS.json DEVICE   (DEVICE: cpu or cuda)
 JOBS.json is a list of {"id", "reference_source", "candidate_source"}; prints
@@ -42,11 +42,15 @@ def time_calls(model, inputs, device):
     for _ in range(WARMUP):
         model(*inputs)
         sync()
+    if device == "cuda":
+        torch.cuda.empty_cache()
     times = []
     for _ in range(PERF_TRIALS):
         sync()
         if device == "cuda":
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            # KernelBench's clear_l2_cache: 256 MB written before each timed call.
+            torch.empty(int(256e6 // 8), dtype=torch.int64, device="cuda").fill_(42)
             start.record()
             model(*inputs)
             end.record()
