@@ -1,0 +1,341 @@
+#!/usr/bin/env python3
+"""kbox-bench: kboxd's throughput on distinct honest KernelBench candidates vs the serial baseline.
+
+Issue 6: the same jobs go through kboxd and through a plain serial loop.
+
+1. Generates N distinct honest candidates (scripts/kbox_bench_candidates.py) for
+   KernelBench level-1 (with --levels 1,2 also level-2) problems read from
+   <shared>/datasets/kernelbench.
+2. Starts kboxd (or uses --server) and submits them through the async API
+   (POST /v1/jobs with idempotency keys, GET /v1/jobs/<id>?wait=60) with
+   --concurrency jobs in flight, plus --resubmit-share exact resubmissions of
+   finished candidates under new keys (build-cache hits).
+3. Runs the serial baseline (scripts/kbox_bench_baseline.py: one process,
+   in-process load_inline, KernelBench's trials and timing) on the first
+   --baseline-jobs of the same jobs, after the service run, so the two never
+   share the machine.
+4. Prints one summary with the targets of issue 6 beside each figure.
+
+Usage: scripts/kbox-bench --backend cpu|cuda [--jobs N] [--resubmit-share F]
+       [--concurrency C] [--baseline-jobs K] [--server URL] [--out DIR]
+Stdlib only here; the baseline imports torch.
+"""
+import argparse
+import json
+import os
+import queue
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import kbox_bench_candidates as candidates  # noqa: E402
+
+PHASES = ("static_ms", "compile_ms", "queue_wait_ms", "run_ms", "total_ms")
+METRICS = ("kbox_build_cache_hits_total", "kbox_build_cache_misses_total")
+TARGETS = {"distinct_per_gpu_hour": 3000, "ratio": 50, "busy": 0.80, "hit_overhead_s": 0.2,
+           "startup_s": 0.5}
+
+
+def start_daemon(python, log_path):
+    work_dir = tempfile.mkdtemp(prefix="kbox-bench-")
+    cmd = [os.path.join(REPO, "build", "bin", "kboxd"), "--listen", "127.0.0.1:0",
+           "--work-dir", work_dir, "--python", python]
+    log = open(log_path, "w")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
+    line = proc.stdout.readline()
+    if "listening on " not in line:
+        proc.kill()
+        sys.exit("kboxd did not start (%r); see %s" % (line, log_path))
+    return proc, line.strip().split("listening on ")[1], work_dir
+
+
+def http(server, path, body=None, timeout=90):
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(server + path, data=data,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        raw = resp.read().decode()
+    return json.loads(raw) if raw.lstrip().startswith("{") else raw
+
+
+def scrape(server):
+    text = http(server, "/metrics")
+    out = {}
+    for name in METRICS:
+        m = re.search(r"^%s(?:\{[^}]*\})? ([0-9.e+]+)$" % name, text, flags=re.M)
+        out[name] = float(m.group(1)) if m else None
+    return out
+
+
+def run_job(server, key, request):
+    """Submits one job under key and waits for its result; returns
+    (result, submitted_at, done_at) in time.monotonic() seconds."""
+    while True:
+        try:
+            submitted = time.monotonic()
+            reply = http(server, "/v1/jobs", {"jobs": [{"idempotency_key": key, "request": request}]})
+            break
+        except urllib.error.HTTPError as e:
+            if e.code != 429:  # no room: retry after the daemon's hint; anything else is fatal
+                raise RuntimeError("submit %s: HTTP %d %s" % (key, e.code, e.read()[:300]))
+            time.sleep(float(e.headers.get("Retry-After") or 1))
+    job = reply["jobs"][0]
+    while job.get("state") != "DONE":
+        job = http(server, "/v1/jobs/%s?wait=60" % job["job_id"], timeout=120)
+    return job["result"], submitted, time.monotonic()
+
+
+def run_stream(server, jobs, request_of, resubmit, concurrency, run_id):
+    """Runs every job of `jobs` and, once each of the originals in `resubmit`
+    is done, an exact resubmission of it under a new key. Returns records."""
+    work, records, lock = queue.Queue(), [], threading.Lock()
+    total = len(jobs) + len(resubmit)
+    finished = threading.Semaphore(0)
+    for i, job in enumerate(jobs):
+        work.put((i, job, False))
+
+    def worker():
+        while True:
+            item = work.get()
+            if item is None:
+                return
+            index, job, again = item
+            key = "kbox-bench-%s/%d%s" % (run_id, index, "-again" if again else "")
+            try:
+                result, t0, t1 = run_job(server, key, request_of(job))
+                record = {"id": job["id"], "resubmission": again, "result": result,
+                          "submitted": t0, "done": t1}
+            except Exception as exc:  # a transport failure is recorded, not hidden
+                record = {"id": job["id"], "resubmission": again, "result": {
+                    "status": "CLIENT_ERROR", "message": repr(exc)}, "submitted": 0, "done": 0}
+            with lock:
+                records.append(record)
+            if not again and index in resubmit:
+                work.put((index, job, True))  # its build is in the cache now
+            finished.release()
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(concurrency)]
+    for t in threads:
+        t.start()
+    for _ in range(total):
+        finished.acquire()
+    for _ in threads:
+        work.put(None)
+    return records
+
+
+def pct(values, p):
+    """Nearest-rank percentile; None for no values."""
+    if not values:
+        return None
+    values = sorted(values)
+    return values[max(0, min(len(values) - 1, int(-(-p * len(values) // 100)) - 1))]
+
+
+def phase_table(records):
+    rows = {}
+    for phase in PHASES:
+        vals = [r["result"].get("durations", {}).get(phase, 0.0) for r in records]
+        rows[phase] = (pct(vals, 50), pct(vals, 99))
+    return rows
+
+
+def run_baseline(python, jobs, device):
+    """Runs the serial baseline on jobs; returns its per-job JSON records."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump([{k: j[k] for k in ("id", "reference_source", "candidate_source")} for j in jobs], f)
+    proc = subprocess.run([python, os.path.join(HERE, "kbox_bench_baseline.py"), f.name, device],
+                          stdout=subprocess.PIPE, text=True)
+    os.unlink(f.name)
+    if proc.returncode != 0:  # keep the service's figures; say the baseline is missing
+        print("serial baseline FAILED (exit %d); its jobs so far are kept" % proc.returncode)
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+
+
+def verdict(value, target, higher_is_better=True):
+    if value is None:
+        return "not measured"
+    met = value >= target if higher_is_better else value <= target
+    return "met" if met else "NOT met"
+
+
+def summarise(args, info, records, window_s, metrics, baseline, scale_note):
+    gpus = len(info.get("gpus", []))
+    devices = gpus or 1  # the CPU backend: the whole machine counts as one device
+    cold = [r for r in records if not r["resubmission"]]
+    hits = [r for r in records if r["result"].get("build_cache_hit")]
+    again = [r for r in records if r["resubmission"]]
+    statuses = {}
+    for r in records:
+        statuses[r["result"].get("status")] = statuses.get(r["result"].get("status"), 0) + 1
+    good = [r for r in records if r["result"].get("status") == "CORRECT" and r["result"].get("rewardable")]
+    hours = window_s / 3600.0
+    run_s = [r["result"].get("durations", {}).get("run_ms", 0) / 1000 for r in records]
+    slots = gpus or info.get("cpu_run_slots", 1) or 1
+    busy = sum(run_s) / (window_s * slots) if window_s else None
+    d = lambda r, k: r["result"]["durations"].get(k, 0) / 1000  # noqa: E731
+    hit_overhead = [d(r, "total_ms") - d(r, "run_ms") for r in hits]
+    # The same without the wait for a free run slot, which is load, not the cache.
+    hit_unqueued = [d(r, "total_ms") - d(r, "run_ms") - d(r, "queue_wait_ms") for r in hits]
+    s = {
+        "backend": args.backend, "gpus": gpus, "devices_counted": devices,
+        "cpu_run_slots": info.get("cpu_run_slots"), "compile_workers": info.get("compile_workers"),
+        "scale": scale_note, "jobs": len(records), "distinct": len(cold), "resubmissions": len(again),
+        "concurrency": args.concurrency, "wall_s": window_s,
+        "evals_per_hour": len(records) / hours, "distinct_per_hour": len(cold) / hours,
+        "distinct_per_device_hour": len(cold) / hours / devices,
+        "statuses": statuses, "correct_rewardable": len(good),
+        "not_correct": [(r["id"], r["result"].get("status"), r["result"].get("message", "")[:300])
+                        for r in records if r not in good],
+        "phases_cold": phase_table(cold), "phases_resubmitted": phase_table(again),
+        "busy_fraction": busy, "busy_slots": slots,
+        "cache_hits": len(hits), "cache_hit_rate_all": len(hits) / len(records) if records else None,
+        "cache_hit_rate_resubmitted": (sum(1 for r in again if r["result"].get("build_cache_hit")) /
+                                       len(again)) if again else None,
+        "hit_overhead_p50_s": pct(hit_overhead, 50), "hit_overhead_p99_s": pct(hit_overhead, 99),
+        "hit_unqueued_p50_s": pct(hit_unqueued, 50), "hit_unqueued_p99_s": pct(hit_unqueued, 99),
+        "metrics": metrics,
+    }
+    s["baseline"] = baseline
+    if baseline and all(b["correct"] for b in baseline):  # a wrong job would not be a fair cost
+        per_job = sum(b["total_s"] for b in baseline) / len(baseline)
+        s["baseline_per_job_s"] = per_job
+        s["baseline_per_hour"] = 3600.0 / per_job
+        s["ratio"] = s["distinct_per_device_hour"] / s["baseline_per_hour"]
+    return s
+
+
+def print_summary(s):
+    f = lambda v, fmt="%.1f": "-" if v is None else fmt % v  # noqa: E731
+    unit = "GPU-hour" if s["gpus"] else "device-hour (CPU backend: the machine = 1 device)"
+    print("\n===== kbox-bench summary (%s backend) =====" % s["backend"])
+    print("reference sizes: %s" % s["scale"])
+    print("jobs %d = %d distinct + %d exact resubmissions; concurrency %d; compile workers %s; %s"
+          % (s["jobs"], s["distinct"], s["resubmissions"], s["concurrency"], s["compile_workers"],
+             ("%d GPU(s)" % s["gpus"]) if s["gpus"] else ("%s CPU run slots" % s["cpu_run_slots"])))
+    print("wall %.1f s (first submit to last result)" % s["wall_s"])
+    print("statuses %s; CORRECT+rewardable %d of %d" % (s["statuses"], s["correct_rewardable"], s["jobs"]))
+    for row in s["not_correct"]:
+        print("  NOT CORRECT: %s %s %s" % row)
+    print("evaluations per hour (all) %s; distinct per hour %s" % (f(s["evals_per_hour"]),
+                                                                  f(s["distinct_per_hour"])))
+    target = TARGETS["distinct_per_gpu_hour"]
+    print("distinct evaluations per %s: %s   [target >= %d: %s]" % (
+        unit, f(s["distinct_per_device_hour"]), target, verdict(s["distinct_per_device_hour"], target)))
+    print("per-phase p50 / p99 (ms), cold distinct jobs | resubmissions:")
+    for phase in PHASES:
+        c, a = s["phases_cold"][phase], s["phases_resubmitted"][phase]
+        print("  %-14s %10s / %-10s | %10s / %-10s" % (phase, f(c[0]), f(c[1]), f(a[0]), f(a[1])))
+    print("device busy (sum of run_ms / wall / %d slot(s)): %s   [target >= 80 %% while queued: %s]" % (
+        s["busy_slots"], f(s["busy_fraction"] and 100 * s["busy_fraction"], "%.1f %%"),
+        verdict(s["busy_fraction"], TARGETS["busy"])))
+    print("per-job start-up on the device: not measured (no result field separates it from run_ms)"
+          "   [target <= 0.5 s: not measured]")
+    print("build cache: %d hits; hit rate %s of all jobs, %s of resubmissions; metrics %s" % (
+        s["cache_hits"], f(s["cache_hit_rate_all"] and 100 * s["cache_hit_rate_all"], "%.0f %%"),
+        f(s["cache_hit_rate_resubmitted"] and 100 * s["cache_hit_rate_resubmitted"], "%.0f %%"),
+        s["metrics"]))
+    print("hit latency without the run (total - run): p50 %s s, p99 %s s   [target <= 0.2 s: %s]" % (
+        f(s["hit_overhead_p50_s"], "%.3f"), f(s["hit_overhead_p99_s"], "%.3f"),
+        verdict(s["hit_overhead_p99_s"], TARGETS["hit_overhead_s"], higher_is_better=False)))
+    print("hit latency without the run and the queue wait: p50 %s s, p99 %s s" % (
+        f(s["hit_unqueued_p50_s"], "%.3f"), f(s["hit_unqueued_p99_s"], "%.3f")))
+    for b in s["baseline"]:
+        print("  baseline %s: correct=%s compile %.1f s, total %.1f s, candidate %.4f ms, "
+              "reference %.4f ms" % (b["id"], b["correct"], b["compile_s"], b["total_s"],
+                                     b["candidate_ms"], b["reference_ms"]))
+    if "ratio" in s:
+        print("serial baseline: %.1f s per job -> %.1f evaluations per hour" % (
+            s["baseline_per_job_s"], s["baseline_per_hour"]))
+        print("ratio service / baseline: %.2fx   [target >= %d: %s]" % (
+            s["ratio"], TARGETS["ratio"], verdict(s["ratio"], TARGETS["ratio"])))
+    else:
+        print("serial baseline: no ratio (not run, failed, or a baseline job was not correct)")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--backend", choices=("cpu", "cuda"), required=True)
+    p.add_argument("--jobs", type=int, default=20, help="distinct candidates")
+    p.add_argument("--resubmit-share", type=float, default=0.2,
+                   help="exact resubmissions, as a share of --jobs, sent once the original is done")
+    p.add_argument("--concurrency", type=int, default=32, help="jobs in flight")
+    p.add_argument("--baseline-jobs", type=int, default=3, help="jobs the serial baseline runs (0: none)")
+    p.add_argument("--server", default="", help="use this kboxd instead of starting one")
+    p.add_argument("--python", default=sys.executable, help="interpreter of kboxd's workers and the baseline")
+    p.add_argument("--shared", default=os.path.join(REPO, "..", "shared"))
+    p.add_argument("--cpu-scale", type=int, default=64,
+                   help="cpu backend: divide each problem's batch_size, dim, in_features and out_features "
+                        "by this (1: full size; the summary says when sizes were shrunk)")
+    p.add_argument("--gpu-scale", type=int, default=1, help="cuda backend: the same for GPU memory")
+    p.add_argument("--levels", default="1",
+                   help="KernelBench levels to draw problems from: 1 (activations), 2 (linear + epilogue; "
+                        "naive kernels, slow at full size on a GPU), or 1,2")
+    p.add_argument("--seed", type=int, default=1, help="picks which candidates are resubmitted")
+    p.add_argument("--out", default="", help="directory for summary.json and results.json")
+    args = p.parse_args()
+
+    scale = args.cpu_scale if args.backend == "cpu" else args.gpu_scale
+    levels = tuple(int(x) for x in args.levels.split(","))
+    jobs = candidates.generate(args.jobs, args.backend, args.shared, scale, levels)
+    scale_note = "as in KernelBench (full size)"
+    if scale > 1:
+        changes = sorted({"%s %d->%d" % (k, o, n) for j in jobs for k, (o, n) in j["scaled"].items()})
+        scale_note = "SHRUNK by --%s-scale %d (%s)" % (args.backend, scale, ", ".join(changes))
+    print("kbox-bench: %d distinct %s candidates over %d problems; reference sizes %s" % (
+        len(jobs), args.backend, len({j["problem"] for j in jobs}), scale_note), flush=True)
+    n_again = int(round(args.jobs * args.resubmit_share))
+    resubmit = set(random.Random(args.seed).sample(range(len(jobs)), min(n_again, len(jobs))))
+
+    daemon = None
+    server = args.server
+    if not server:
+        log_path = os.path.join(tempfile.gettempdir(), "kbox-bench-kboxd-%d.log" % os.getpid())
+        daemon, server, work_dir = start_daemon(args.python, log_path)
+        print("kboxd at %s (log %s)" % (server, log_path), flush=True)
+    try:
+        info = http(server, "/v1/info")
+        before = scrape(server)
+        request_of = lambda job: {"reference_source": job["reference_source"],  # noqa: E731
+                                  "candidate_source": job["candidate_source"],
+                                  "backend": "BACKEND_" + args.backend.upper(), "correctness_trials": 5}
+        records = run_stream(server, jobs, request_of, resubmit, args.concurrency,
+                             "%d-%d" % (os.getpid(), int(time.time())))
+        after = scrape(server)
+    finally:
+        if daemon:
+            daemon.send_signal(signal.SIGTERM)
+            daemon.wait(timeout=300)
+            shutil.rmtree(work_dir, ignore_errors=True)  # its build cache is this run's only
+    timed = [r for r in records if r["done"]]
+    window = (max(r["done"] for r in timed) - min(r["submitted"] for r in timed)) if timed else 0.0
+    metrics = {k: (after[k] - before[k]) if after[k] is not None and before[k] is not None else None
+               for k in METRICS}
+    baseline = []
+    if args.baseline_jobs:
+        print("serial baseline on %d of the same jobs..." % args.baseline_jobs, flush=True)
+        baseline = run_baseline(args.python, jobs[:args.baseline_jobs], args.backend)
+    summary = summarise(args, info, records, window, metrics, baseline, scale_note)
+    print_summary(summary)
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "summary.json"), "w") as f:
+            json.dump(summary, f, indent=1, sort_keys=True)
+        with open(os.path.join(args.out, "results.json"), "w") as f:
+            json.dump(records, f, indent=1, sort_keys=True)
+    return 0 if summary["correct_rewardable"] == summary["jobs"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
