@@ -1,0 +1,169 @@
+// The pre-forked run stage's zygote (worker/zygote.cc + kbox_zygote.py +
+// libkbox_sandbox_enter.so), with real processes: a real Python that imports
+// PyTorch, real sandboxes. The stage it runs is the real kbox_stage.py entry
+// point given a spec it rejects at once (a HARNESS_FAILED report), or a spec
+// path that is a FIFO nobody writes (a stage that never gets going), so no
+// candidate needs compiling. Needs namespaces (skips otherwise).
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kbox/v1/sandbox.pb.h"
+#include "tests/sandbox/minimal_spec.h"
+#include "worker/sandbox/namespaces.h"
+#include "worker/zygote.h"
+
+namespace kbox {
+namespace {
+
+namespace fs = std::filesystem;
+
+int ThreadCount(pid_t pid) {
+  int n = 0;
+  for ([[maybe_unused]] const auto& t : fs::directory_iterator("/proc/" + std::to_string(pid) + "/task")) ++n;
+  return n;
+}
+
+class ZygoteTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (auto e = sandbox::ProbeNamespaces()) GTEST_SKIP() << *e;
+    char tmpl[] = "/tmp/kbox-zygote-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    ::chmod(dir_.c_str(), 0755);
+    fs::create_directories(dir_ / "root");
+    scratch_ = dir_ / "scratch";
+    fs::create_directories(scratch_);
+    ::chown(scratch_.c_str(), 65534, 65534);
+    std::ofstream(scratch_ / "bogus_stage.json") << "{\"stage\": \"STAGE_NOT_A_STAGE\"}\n";
+    ASSERT_EQ(::mkfifo((scratch_ / "never.json").c_str(), 0644), 0);
+    zygote_ = std::make_unique<Zygote>(ZygoteSettings{
+        .python = KBOX_TEST_PYTHON,
+        .script = KBOX_HARNESS_DIR "/kbox_zygote.py",
+        .enter_library = KBOX_ENTER_LIBRARY,
+        .env = {"PATH=/usr/bin:/bin", "OMP_NUM_THREADS=1", "MKL_NUM_THREADS=1",
+                "PYTORCH_NVML_BASED_CUDA_CHECK=1", "CUDA_VISIBLE_DEVICES="}});
+  }
+  void TearDown() override {
+    zygote_.reset();
+    std::error_code ec;
+    if (!dir_.empty()) fs::remove_all(dir_, ec);
+  }
+
+  // Writes the sandbox spec of a run stage reading `stage_spec`.
+  std::string WriteSpec(const std::string& stage_spec) const {
+    v1::SandboxSpec spec = MinimalSandboxSpec(
+        {KBOX_TEST_PYTHON, "-s", "-B", KBOX_HARNESS_DIR "/kbox_stage.py", "--spec",
+         (scratch_ / stage_spec).string(), "--result-fd", "3"},
+        dir_ / "root", scratch_, KBOX_POLICY_DIR, {KBOX_HARNESS_DIR});
+    spec.mutable_rlimits()->set_nproc(256);
+    spec.mutable_rlimits()->set_nofile(1024);
+    const std::string path = (dir_ / (stage_spec + ".pb")).string();
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    EXPECT_TRUE(spec.SerializeToOstream(&out));
+    return path;
+  }
+
+  ProcessOutcome Run(const std::string& stage_spec, std::chrono::milliseconds wall) {
+    ProcessSpec limits;
+    limits.wall_limit = wall;
+    auto out = zygote_->Run(WriteSpec(stage_spec), limits);
+    EXPECT_TRUE(out.has_value()) << "the zygote did not start";
+    return out.value_or(ProcessOutcome{});
+  }
+
+  // The stage ran to its report: the real entry point, inside the sandbox.
+  static void ExpectReport(const ProcessOutcome& out) {
+    EXPECT_EQ(out.end, ProcessOutcome::End::kExited) << DescribeEnd(out) << out.output_tail;
+    EXPECT_EQ(out.exit_code, 0) << out.output_tail;
+    EXPECT_NE(out.result.find("HARNESS_FAILED"), std::string::npos) << out.result;
+    EXPECT_NE(out.result.find("unknown stage"), std::string::npos) << out.result;
+  }
+
+  fs::path dir_, scratch_;
+  std::unique_ptr<Zygote> zygote_;
+};
+
+// Every job is a new process; the zygote survives it, still single-threaded
+// (it checks that and an uninitialised CUDA before each fork, and would have
+// exited otherwise).
+TEST_F(ZygoteTest, EachJobIsAFreshChildOfOneSingleThreadedZygote) {
+  ASSERT_EQ(zygote_->Start(), std::nullopt);
+  const pid_t zygote = zygote_->pid();
+  const auto first = Run("bogus_stage.json", std::chrono::seconds(60));
+  ExpectReport(first);
+  const pid_t first_child = zygote_->last_child();
+  const auto second = Run("bogus_stage.json", std::chrono::seconds(60));
+  ExpectReport(second);
+  EXPECT_NE(zygote_->last_child(), first_child);
+  EXPECT_GT(first_child, 0);
+  EXPECT_EQ(zygote_->pid(), zygote);
+  EXPECT_EQ(ThreadCount(zygote), 1);
+  EXPECT_NE(::kill(first_child, 0), 0) << "the first job's child outlived its job";
+  std::printf("zygote %d: children %d, %d; stage wall %.0f ms, %.0f ms\n", zygote, first_child,
+              zygote_->last_child(), first.wall_ms, second.wall_ms);
+}
+
+// The wall-clock limit holds for a zygote's child as for fork+exec: the job's
+// group is killed; the zygote itself lives on and serves the next job.
+TEST_F(ZygoteTest, WallClockLimitKillsTheJobNotTheZygote) {
+  ASSERT_EQ(zygote_->Start(), std::nullopt);
+  const pid_t zygote = zygote_->pid();
+  const auto out = Run("never.json", std::chrono::milliseconds(1500));
+  EXPECT_EQ(out.end, ProcessOutcome::End::kTimedOut) << DescribeEnd(out) << out.output_tail;
+  EXPECT_LT(out.wall_ms, 12'000);
+  EXPECT_NE(::kill(zygote_->last_child(), 0), 0) << "the timed-out child is still alive";
+  EXPECT_EQ(zygote_->pid(), zygote);
+  ExpectReport(Run("bogus_stage.json", std::chrono::seconds(60)));
+}
+
+// A zygote killed mid-job: kbox's failure (kSpawnFailed, INFRA_ERROR in a
+// result), never a verdict on the job; the job's processes die with it, and
+// the next job gets a new zygote.
+TEST_F(ZygoteTest, ZygoteKilledMidJobIsKboxsFailureAndIsReplaced) {
+  ASSERT_EQ(zygote_->Start(), std::nullopt);
+  const pid_t zygote = zygote_->pid();
+  std::thread killer([zygote] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    ::kill(zygote, SIGKILL);
+  });
+  const auto out = Run("never.json", std::chrono::seconds(60));
+  killer.join();
+  EXPECT_EQ(out.end, ProcessOutcome::End::kSpawnFailed) << DescribeEnd(out);
+  EXPECT_NE(out.spawn_error.find("zygote"), std::string::npos) << out.spawn_error;
+  EXPECT_TRUE(out.result.empty());
+  EXPECT_LT(out.wall_ms, 12'000);
+  const pid_t orphan = zygote_->last_child();
+  for (int i = 0; i < 100 && ::kill(orphan, 0) == 0; ++i) ::usleep(20'000);
+  EXPECT_NE(::kill(orphan, 0), 0) << "the job's process outlived its zygote";
+  ExpectReport(Run("bogus_stage.json", std::chrono::seconds(60)));
+  EXPECT_NE(zygote_->pid(), zygote);
+  EXPECT_GT(zygote_->pid(), 0);
+}
+
+// A zygote that cannot start is reported as such (the caller falls back to
+// fork+exec) and not retried at once.
+TEST_F(ZygoteTest, ZygoteThatCannotStartSaysSo) {
+  Zygote broken(ZygoteSettings{.python = KBOX_TEST_PYTHON,
+                               .script = (dir_ / "missing_zygote.py").string(),
+                               .enter_library = KBOX_ENTER_LIBRARY,
+                               .env = {"PATH=/usr/bin:/bin"},
+                               .start_timeout = std::chrono::seconds(30)});
+  const auto error = broken.Start();
+  ASSERT_TRUE(error.has_value());
+  EXPECT_NE(error->find("did not report ready"), std::string::npos) << *error;
+  EXPECT_FALSE(broken.Run(WriteSpec("bogus_stage.json"), ProcessSpec{}).has_value());
+}
+
+}  // namespace
+}  // namespace kbox
