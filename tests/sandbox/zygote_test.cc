@@ -11,6 +11,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -46,6 +48,12 @@ class ZygoteTest : public ::testing::Test {
     fs::create_directories(scratch_);
     ::chown(scratch_.c_str(), 65534, 65534);
     std::ofstream(scratch_ / "bogus_stage.json") << "{\"stage\": \"STAGE_NOT_A_STAGE\"}\n";
+    // A run stage with no candidate: it imports PyTorch and the judge, forks
+    // the candidate's process, and reports the candidate's failure.
+    std::ofstream(scratch_ / "no_candidate.json")
+        << "{\"stage\": \"STAGE_RUN\", \"backend\": \"BACKEND_CPU\", "
+           "\"candidate_path\": \"/nonexistent/candidate.py\", "
+           "\"reference_path\": \"/nonexistent/reference.py\"}\n";
     ASSERT_EQ(::mkfifo((scratch_ / "never.json").c_str(), 0644), 0);
     zygote_ = std::make_unique<Zygote>(ZygoteSettings{
         .python = KBOX_TEST_PYTHON,
@@ -65,7 +73,7 @@ class ZygoteTest : public ::testing::Test {
     v1::SandboxSpec spec = MinimalSandboxSpec(
         {KBOX_TEST_PYTHON, "-s", "-B", KBOX_HARNESS_DIR "/kbox_stage.py", "--spec",
          (scratch_ / stage_spec).string(), "--result-fd", "3"},
-        dir_ / "root", scratch_, KBOX_POLICY_DIR, {KBOX_HARNESS_DIR});
+        dir_ / "root", scratch_, KBOX_POLICY_DIR, {KBOX_HARNESS_DIR, "/etc/alternatives"});
     spec.mutable_rlimits()->set_nproc(256);
     spec.mutable_rlimits()->set_nofile(1024);
     const std::string path = (dir_ / (stage_spec + ".pb")).string();
@@ -149,6 +157,40 @@ TEST_F(ZygoteTest, ZygoteKilledMidJobIsKboxsFailureAndIsReplaced) {
   ExpectReport(Run("bogus_stage.json", std::chrono::seconds(60)));
   EXPECT_NE(zygote_->pid(), zygote);
   EXPECT_GT(zygote_->pid(), 0);
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// The figure the zygote exists for: from asking for a run stage to its report,
+// fork+exec (kbox-sandbox, a new interpreter importing PyTorch and the
+// harness) against a zygote's fork, for a run stage with no reference (it
+// imports everything, forks the candidate's process, reports). Printed, not
+// asserted (host load varies); both must deliver the same report.
+TEST_F(ZygoteTest, StartUpFiguresForkExecAgainstZygote) {
+  ASSERT_EQ(zygote_->Start(), std::nullopt);
+  std::vector<double> exec_ms, zygote_ms;
+  for (int i = 0; i < 3; ++i) {
+    ProcessSpec p;
+    p.argv = {KBOX_SANDBOX_BIN, "--spec", WriteSpec("no_candidate.json")};
+    p.wall_limit = std::chrono::seconds(120);
+    const auto exec = RunProcess(p);
+    const auto forked = Run("no_candidate.json", std::chrono::seconds(120));
+    for (const auto* out : {&exec, &forked}) {
+      EXPECT_EQ(out->end, ProcessOutcome::End::kExited) << out->output_tail;
+      EXPECT_NE(out->result.find("\"report\""), std::string::npos) << out->result;
+    }
+    // The same stage both ways: the judge ran, found no reference, said so.
+    for (const auto* out : {&exec, &forked}) {
+      EXPECT_NE(out->result.find("\"outcome\":\"REFERENCE_FAILED\""), std::string::npos) << out->result;
+    }
+    exec_ms.push_back(exec.wall_ms);
+    zygote_ms.push_back(forked.wall_ms);
+  }
+  std::printf("stage start-up to report, median of 3: fork+exec %.0f ms, zygote %.0f ms\n",
+              Median(exec_ms), Median(zygote_ms));
 }
 
 // A zygote that cannot start is reported as such (the caller falls back to

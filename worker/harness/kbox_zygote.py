@@ -21,11 +21,31 @@ import ctypes
 import os
 import signal
 import socket
+import subprocess
 import sys
 import traceback
 
 # -s drops user site-packages; our own package lives next to this file.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+# The thread-count variables kboxd sets for the zygote only (kbox_zygote
+# must stay single-threaded); a run stage gets torch's usual default.
+_THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                     "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
+
+
+def _start_thread_probe():
+    """What torch.get_num_threads() is in a fresh interpreter without the
+    zygote's thread limits: the default an exec'd run stage gets (torch counts
+    physical cores its own way). Started before the zygote's own imports so
+    both import torch at once; a separate process, so no thread here."""
+    env = {k: v for k, v in os.environ.items() if k not in _THREAD_VARIABLES}
+    return subprocess.Popen([sys.executable, "-s", "-B", "-c",
+                             "import torch; print(torch.get_num_threads())"],
+                            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
+
+
+_thread_probe = _start_thread_probe() if __name__ == "__main__" else None
 
 import numpy  # noqa: E402,F401  (in the shared image: every run stage uses it)
 import torch  # noqa: E402
@@ -76,7 +96,7 @@ def _stage_args(argv):
     raise ZygoteError("the spec's argv does not run %s" % _STAGE_SCRIPT)
 
 
-def _child(lib, libc, spec_path, output_w, result_w, sock):
+def _child(lib, libc, spec_path, output_w, result_w, sock, stage_threads):
     """In the fresh child: take the job's descriptors and environment, enter
     the sandbox, run the stage. Never returns."""
     try:
@@ -107,8 +127,8 @@ def _child(lib, libc, spec_path, output_w, result_w, sock):
         # The sandboxed program process from here on. OMP_NUM_THREADS=1 only
         # kept the zygote single-threaded; the stage gets torch's usual
         # default unless its own environment says otherwise.
-        if "OMP_NUM_THREADS" not in os.environ:
-            torch.set_num_threads(max(1, len(os.sched_getaffinity(0))))
+        if not any(name in os.environ for name in _THREAD_VARIABLES):
+            torch.set_num_threads(stage_threads)
         sys.argv = [_STAGE_SCRIPT] + args
         stage.main(args)  # Ends with os._exit(0) after its report.
     except BaseException:
@@ -119,7 +139,7 @@ def _child(lib, libc, spec_path, output_w, result_w, sock):
     os._exit(_SETUP_FAILED)
 
 
-def _serve_one(lib, libc, sock, message, fds):
+def _serve_one(lib, libc, sock, message, fds, stage_threads):
     verb, _, spec_path = message.decode().partition(" ")
     if verb != "fork" or not spec_path or len(fds) != 2:
         for fd in fds:
@@ -130,7 +150,7 @@ def _serve_one(lib, libc, sock, message, fds):
     check_forkable()
     pid = os.fork()
     if pid == 0:
-        _child(lib, libc, spec_path, output_w, result_w, sock)
+        _child(lib, libc, spec_path, output_w, result_w, sock, stage_threads)
     os.close(output_w)
     os.close(result_w)
     sock.send(b"pid %d" % pid)
@@ -155,6 +175,11 @@ def main(argv=None):
                                               ctypes.c_size_t]
     lib.kbox_sandbox_spec_strings.restype = ctypes.c_long
     sock = socket.socket(fileno=args.socket_fd)
+    probe_out, _ = _thread_probe.communicate(timeout=600)
+    try:
+        stage_threads = int(probe_out.decode().strip())
+    except ValueError:
+        raise ZygoteError("the thread-count probe failed (exit %s)" % _thread_probe.returncode)
     check_forkable()
     sock.send(b"ready %d" % os.getpid())
     while True:
@@ -163,7 +188,7 @@ def main(argv=None):
             for fd in fds:
                 os.close(fd)
             return 0
-        _serve_one(lib, libc, sock, message, fds)
+        _serve_one(lib, libc, sock, message, fds, stage_threads)
 
 
 if __name__ == "__main__":
