@@ -173,7 +173,7 @@ def test_run_stage_start_up_is_faster_with_prefork(runs):
     # Figures only (timings vary with the host's load): the bundled example,
     # built already, 3-trial default, no performance measurement.
     print("\nrun stage of docs/examples/bias_relu (CPU): fork+exec %.0f ms, prefork %.0f ms "
-          "(first prefork job, zygote start included: %.0f ms)"
+          "(first prefork job %.0f ms; its zygote started just before, outside run_ms)"
           % (ex["durations"]["run_ms"], pre["durations"]["run_ms"],
              runs["example_first"]["durations"]["run_ms"]))
     assert pre["durations"]["run_ms"] > 0 and ex["durations"]["run_ms"] > 0

@@ -9,6 +9,12 @@ child enters the sandbox itself (libkbox_sandbox_enter.so) and then runs the
 same entry point as kbox_stage.py. The zygote itself never runs candidate or
 reference code and holds nothing job-specific.
 
+What this weakens, and why it is behind a flag (preforked_run_stage, off by
+default): every job's program is a copy of this process, so all jobs share its
+memory image and ASLR layout (threat-model row S18, docs/prefork.md). Hence
+nothing of any job may ever reach this process but the per-request spec path
+and two pipe descriptors.
+
 Protocol on the inherited AF_UNIX SOCK_SEQPACKET socket (one job at a time):
   zygote -> kboxd  b"ready <pid>"                 once, after the imports
   kboxd -> zygote  b"fork <sandbox spec path>"    + SCM_RIGHTS [output_w, result_w]
@@ -96,12 +102,14 @@ def _stage_args(argv):
     raise ZygoteError("the spec's argv does not run %s" % _STAGE_SCRIPT)
 
 
-def _child(lib, libc, spec_path, output_w, result_w, sock, stage_threads):
+def _child(lib, libc, zygote, spec_path, output_w, result_w, sock, stage_threads):
     """In the fresh child: take the job's descriptors and environment, enter
     the sandbox, run the stage. Never returns."""
     try:
         os.setsid()  # Its own process group: kboxd kills the job's group.
         _die_with_parent(libc)
+        if os.getppid() != zygote:
+            os._exit(_SETUP_FAILED)  # The zygote died before PDEATHSIG took hold.
         sock.close()
         devnull = os.open("/dev/null", os.O_RDONLY)
         os.dup2(devnull, 0)
@@ -148,9 +156,10 @@ def _serve_one(lib, libc, sock, message, fds, stage_threads):
         return
     output_w, result_w = fds
     check_forkable()
+    zygote = os.getpid()
     pid = os.fork()
     if pid == 0:
-        _child(lib, libc, spec_path, output_w, result_w, sock, stage_threads)
+        _child(lib, libc, zygote, spec_path, output_w, result_w, sock, stage_threads)
     os.close(output_w)
     os.close(result_w)
     sock.send(b"pid %d" % pid)
