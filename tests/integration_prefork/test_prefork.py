@@ -31,9 +31,13 @@ build_cache_dir: "%s"
 """
 # (case, what it must end as): kill_parent kills the judge (its parent) —
 # in prefork mode the zygote is far outside its pid namespace; ptrace_parent
-# must still be named a sandbox violation.
+# must still be named a sandbox violation (as in tests/integration).
+# stdout_flood and infinite_loop pin the output-flood kill and the wall-clock
+# limit for a zygote's child.
 ESCAPES = {"esc_ptrace_parent_cpu": {"SANDBOX_VIOLATION"},
-           "esc_kill_parent_cpu": {"RUNTIME_ERROR", "SANDBOX_VIOLATION"}}
+           "esc_kill_parent_cpu": {"RUNTIME_ERROR", "SANDBOX_VIOLATION"},
+           "esc_stdout_flood_cpu": {"RUNTIME_ERROR"},
+           "esc_infinite_loop_cpu": {"TIMEOUT"}}
 
 
 class Kboxd(object):
