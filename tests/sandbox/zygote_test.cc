@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -208,6 +209,29 @@ TEST_F(ZygoteTest, WallClockLimitKillsTheJobNotTheZygote) {
   EXPECT_EQ(out.end, ProcessOutcome::End::kTimedOut) << DescribeEnd(out) << out.output_tail;
   EXPECT_LT(out.wall_ms, 12'000);
   EXPECT_NE(::kill(zygote_->last_child(), 0), 0) << "the timed-out child is still alive";
+  EXPECT_EQ(zygote_->pid(), zygote);
+  ExpectReport(Run("bogus_stage.json", std::chrono::seconds(60)));
+}
+
+// kboxd's shutdown flag ends a zygote's job like a fork+exec'd one
+// (kCancelled within the poll interval); the zygote stays for the next job.
+TEST_F(ZygoteTest, CancelEndsTheJobNotTheZygote) {
+  ASSERT_EQ(zygote_->Start(), std::nullopt);
+  const pid_t zygote = zygote_->pid();
+  std::atomic<bool> cancel{false};
+  std::thread canceller([&cancel] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    cancel.store(true);
+  });
+  ProcessSpec limits;
+  limits.wall_limit = std::chrono::seconds(60);
+  limits.cancel = &cancel;
+  const auto out = zygote_->Run(WriteSpec("never.json"), limits);
+  canceller.join();
+  ASSERT_TRUE(out.has_value());
+  EXPECT_EQ(out->end, ProcessOutcome::End::kCancelled) << DescribeEnd(*out);
+  EXPECT_LT(out->wall_ms, 12'000);
+  EXPECT_NE(::kill(zygote_->last_child(), 0), 0) << "the cancelled child is still alive";
   EXPECT_EQ(zygote_->pid(), zygote);
   ExpectReport(Run("bogus_stage.json", std::chrono::seconds(60)));
 }
