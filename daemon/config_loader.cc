@@ -131,6 +131,8 @@ boost::system::result<CommandLine, FieldError> ParseCommandLine(int argc,
       "keep-job-dirs", "keep job directories after the result is sent")(
       "danger-insecure-no-sandbox",
       "run candidates WITHOUT the sandbox (development on hosts without namespaces only)")(
+      "preforked-run-stage",
+      "start run stages from a pre-forked zygote per device slot (docs/prefork.md)")(
       "cpu-run-slots", po::value(&cpu_slots), "CPU-backend run stages at once")(
       "compile-workers", po::value(&compile_workers), "compile stages at once")(
       "max-in-flight-jobs", po::value(&max_in_flight), "jobs accepted at once")(
@@ -170,6 +172,7 @@ boost::system::result<CommandLine, FieldError> ParseCommandLine(int argc,
   if (!harness_dir.empty()) c.set_harness_dir(std::filesystem::absolute(harness_dir).string());
   if (vm.count("keep-job-dirs")) c.set_keep_job_dirs(true);
   if (vm.count("danger-insecure-no-sandbox")) c.set_danger_insecure_no_sandbox(true);
+  if (vm.count("preforked-run-stage")) c.set_preforked_run_stage(true);
   if (cpu_slots) c.set_cpu_run_slots(cpu_slots);
   if (compile_workers) c.set_compile_workers(compile_workers);
   if (max_in_flight) c.set_max_in_flight_jobs(max_in_flight);

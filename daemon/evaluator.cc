@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <iostream>
 #include <optional>
 #include <random>
 #include <system_error>
@@ -128,12 +129,29 @@ Evaluator::Evaluator(const v1::DaemonConfig& config, HostInfo host, std::vector<
       cuda_arch_list_(ArchList(host_, gpus)),
       build_cache_(build_cache) {
   if (build_cache_) toolchain_ = ToolchainFingerprint(config_, host_, runner_.settings());
+  if (config_.preforked_run_stage()) EnablePrefork();
   // Job ids: a random per-daemon prefix plus a counter, so ids from a
   // restarted daemon never collide with old workspaces or logs.
   std::random_device rd;
   char prefix[16];
   std::snprintf(prefix, sizeof prefix, "%08x", rd());
   job_id_prefix_ = prefix;
+}
+
+void Evaluator::EnablePrefork() {
+  if (!sandbox_.settings) {
+    std::cerr << "kboxd: preforked_run_stage ignored: it needs the sandbox" << std::endl;
+    return;
+  }
+  const fs::path library =
+      fs::path(sandbox_.settings->binary).parent_path() / "libkbox_sandbox_enter.so";
+  if (!fs::exists(library)) {
+    std::cerr << "kboxd: preforked_run_stage ignored: " << library.string() << " is missing"
+              << std::endl;
+    return;
+  }
+  runner_.EnablePrefork(library.string());
+  std::cerr << "kboxd: run stages start from a pre-forked zygote per device slot" << std::endl;
 }
 
 std::string Evaluator::NextJobId() {
@@ -301,6 +319,7 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
     placement.gpu = device.slot();
     result.mutable_fingerprint()->set_device_index(device.slot());
   }
+  placement.run_slot = (gpu_backend ? "gpu" : "cpu") + std::to_string(device.slot());
   placement.wall_limit = std::chrono::seconds(settings.time_limit_s());
   placement.mask_toolchain = settings.backend() != v1::BACKEND_TRITON;
   StageOutcome ran =

@@ -63,6 +63,9 @@ class Evaluator {
   // stage only.
   v1::StageSpec MakeSpec(const JobWorkspace& ws, const v1::EffectiveSettings& settings,
                          v1::Stage stage, const std::vector<std::string>& candidate_kernels = {}) const;
+  // Starts run stages through per-slot zygotes when the sandbox and the
+  // enter library are there; logs why not otherwise.
+  void EnablePrefork();
   void RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSettings& settings,
               const static_check::AnticheatProfile& anticheat, v1::EvaluateResult& result);
 

@@ -10,11 +10,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <array>
 #include <cerrno>
 #include <cstring>
-#include <optional>
+
+#include "worker/process_supervision.h"
+#include "worker/unique_fd.h"
 
 namespace kbox {
 namespace {
@@ -26,38 +26,6 @@ using Clock = std::chrono::steady_clock;
 // never clobber one another.
 constexpr int kHighFd = 10;
 constexpr int kExecErrorFd = 4;  // CLOEXEC: closes itself on a successful exec.
-
-// Time allowed after the main process exits for the pipes to drain.
-constexpr auto kDrainGrace = std::chrono::milliseconds(1000);
-// Time allowed for a SIGKILLed process to be reaped.
-constexpr auto kReapGrace = std::chrono::milliseconds(10'000);
-
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  Fd(Fd&& other) noexcept : fd_(other.release()) {}
-  Fd& operator=(Fd&& other) noexcept {
-    reset(other.release());
-    return *this;
-  }
-  ~Fd() { reset(); }
-  int get() const { return fd_; }
-  int release() {
-    int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-  void reset(int fd = -1) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = fd;
-  }
-
- private:
-  int fd_ = -1;
-};
 
 // A pipe whose both ends sit at kHighFd or above, close-on-exec.
 bool MakePipe(Fd& read_end, Fd& write_end) {
@@ -126,13 +94,7 @@ void Reap(pid_t pid, int pidfd, ProcessOutcome& out) {
   if (::wait4(pid, &status, 0, &usage) != pid) return;
   out.cpu_ms = static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1e3 +
                static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e3;
-  if (WIFEXITED(status)) {
-    out.exit_code = WEXITSTATUS(status);
-    if (out.end == ProcessOutcome::End::kSpawnFailed) out.end = ProcessOutcome::End::kExited;
-  } else if (WIFSIGNALED(status)) {
-    out.term_signal = WTERMSIG(status);
-    if (out.end == ProcessOutcome::End::kSpawnFailed) out.end = ProcessOutcome::End::kSignaled;
-  }
+  RecordWaitStatus(status, out);
 }
 
 }  // namespace
@@ -191,80 +153,11 @@ ProcessOutcome RunProcess(const ProcessSpec& spec) {
     return out;
   }
 
-  const auto deadline = start + spec.wall_limit;
-  std::optional<Clock::time_point> drain_deadline;
-  bool main_exited = false;
-  std::array<char, 64 * 1024> buffer;
-
-  while (output_r.get() >= 0 || result_r.get() >= 0 || !main_exited) {
-    const auto now = Clock::now();
-    const auto limit = drain_deadline ? std::min(*drain_deadline, deadline) : deadline;
-    if (now >= limit) {
-      if (!main_exited) {
-        out.end = ProcessOutcome::End::kTimedOut;
-        KillGroup(pid);
-        Reap(pid, pidfd.get(), out);
-      }
-      break;  // Drain grace over: a process that escaped the group holds a pipe.
-    }
-    std::array<pollfd, 3> fds{{{output_r.get(), POLLIN, 0},
-                               {result_r.get(), POLLIN, 0},
-                               {main_exited ? -1 : pidfd.get(), POLLIN, 0}}};
-    if (spec.cancel && spec.cancel->load() && !main_exited) {
-      out.end = ProcessOutcome::End::kCancelled;
-      KillGroup(pid);
-      Reap(pid, pidfd.get(), out);
-      break;
-    }
-    auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(limit - now) +
-                std::chrono::milliseconds(1);
-    if (spec.cancel) wait = std::min(wait, kCancelPollInterval);
-    const auto wait_ms = wait.count();
-    if (::poll(fds.data(), fds.size(), static_cast<int>(wait_ms)) < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    if (fds[0].revents != 0) {
-      const ssize_t n = ::read(output_r.get(), buffer.data(), buffer.size());
-      if (n <= 0) {
-        output_r.reset();
-      } else {
-        out.output_bytes += static_cast<uint64_t>(n);
-        out.output_tail.append(buffer.data(), static_cast<size_t>(n));
-        if (out.output_tail.size() > 2 * spec.output_tail_bytes) {
-          out.output_tail.erase(0, out.output_tail.size() - spec.output_tail_bytes);
-        }
-        if (out.output_bytes > spec.max_output_bytes && !main_exited) {
-          out.end = ProcessOutcome::End::kOutputLimit;
-          KillGroup(pid);
-          Reap(pid, pidfd.get(), out);
-          main_exited = true;
-          drain_deadline = Clock::now() + kDrainGrace;
-        }
-      }
-    }
-    if (fds[1].revents != 0) {
-      const ssize_t n = ::read(result_r.get(), buffer.data(), buffer.size());
-      if (n <= 0) {
-        result_r.reset();
-      } else if (out.result.size() + static_cast<size_t>(n) > spec.max_result_bytes) {
-        out.result_truncated = true;
-        result_r.reset();  // The child now gets EPIPE; its report is void anyway.
-      } else {
-        out.result.append(buffer.data(), static_cast<size_t>(n));
-      }
-    }
-    if (fds[2].revents != 0 && !main_exited) {
-      Reap(pid, pidfd.get(), out);
-      main_exited = true;
-      // The job is over: whatever it left running in its group goes too.
-      KillGroup(pid);
-      drain_deadline = Clock::now() + kDrainGrace;
-    }
-  }
-  if (out.output_tail.size() > spec.output_tail_bytes) {
-    out.output_tail.erase(0, out.output_tail.size() - spec.output_tail_bytes);
-  }
+  const int pidfd_number = pidfd.get();
+  const MainProcess main{.ended_fd = pidfd_number,
+                         .reap = [&](ProcessOutcome& o) { Reap(pid, pidfd_number, o); },
+                         .kill_group = [pid] { KillGroup(pid); }};
+  SuperviseProcess(spec, start, std::move(output_r), std::move(result_r), main, out);
   out.wall_ms = MsSince(start);
   return out;
 }

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <iostream>
 #include <string_view>
 
 namespace kbox {
@@ -178,7 +179,11 @@ StageOutcome StageRunner::RunSandboxed(const JobWorkspace& ws, v1::Stage stage,
   launcher.argv = {sandbox_->binary, "--spec", spec_path};
   launcher.env.clear();
   launcher.cwd = sandbox_->spec_dir.string();
-  outcome.process = RunProcess(launcher);
+  std::optional<ProcessOutcome> preforked;
+  if (zygotes_ && stage == v1::STAGE_RUN && !placement.run_slot.empty()) {
+    preforked = RunPreforked(placement.run_slot, spec_path, launcher);
+  }
+  outcome.process = preforked ? std::move(*preforked) : RunProcess(launcher);
   ::unlink(spec_path.c_str());
   if (cgroup) {
     cgroup->KillAll();  // Anything that outlived the sandbox's init.
@@ -189,6 +194,44 @@ StageOutcome StageRunner::RunSandboxed(const JobWorkspace& ws, v1::Stage stage,
                                  outcome.process.exit_code == kSandboxSetupFailed &&
                                  outcome.process.result.empty();
   return outcome;
+}
+
+void StageRunner::EnablePrefork(const std::string& enter_library) {
+  zygotes_ = std::make_shared<ZygotePool>(
+      ZygoteSettings{.python = settings_.python,
+                     .script = (settings_.harness_dir / "kbox_zygote.py").string(),
+                     .enter_library = enter_library,
+                     .env = ZygoteEnvironment()});
+}
+
+std::vector<std::string> StageRunner::ZygoteEnvironment() const {
+  std::vector<std::string> env = inherited_;
+  for (const char* kv : {"PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1", "LANG=C.UTF-8",
+                         "HOME=/nonexistent", "TMPDIR=/nonexistent",
+                         // A fork copies only the forking thread: the zygote
+                         // must have no other (kbox_zygote.py checks).
+                         "OMP_NUM_THREADS=1", "MKL_NUM_THREADS=1", "OPENBLAS_NUM_THREADS=1",
+                         "NUMEXPR_NUM_THREADS=1", "VECLIB_MAXIMUM_THREADS=1",
+                         // is_available() through NVML, never a CUDA context.
+                         "PYTORCH_NVML_BASED_CUDA_CHECK=1",
+                         // No GPU for the zygote itself; each child gets its
+                         // job's CUDA_VISIBLE_DEVICES from its spec.
+                         "CUDA_VISIBLE_DEVICES="}) {
+    env.emplace_back(kv);
+  }
+  return env;
+}
+
+std::optional<ProcessOutcome> StageRunner::RunPreforked(const std::string& slot,
+                                                        const std::string& spec_path,
+                                                        const ProcessSpec& limits) const {
+  Zygote& zygote = zygotes_->For(slot);
+  if (auto error = zygote.Start()) {
+    std::cerr << "kboxd: zygote for " << slot << " unavailable (" << *error
+              << "); run stages there fall back to fork+exec" << std::endl;
+    return std::nullopt;
+  }
+  return zygote.Run(spec_path, limits);
 }
 
 std::optional<std::string> StageRunner::WriteSecret(const JobWorkspace& ws, uint64_t seed,

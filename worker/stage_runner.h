@@ -15,6 +15,7 @@
 #include "worker/job_cgroup.h"
 #include "worker/job_workspace.h"
 #include "worker/process_runner.h"
+#include "worker/zygote.h"
 
 namespace kbox {
 
@@ -66,6 +67,9 @@ struct StagePlacement {
   // kernel's first launch (through the harness's broker; the candidate's own
   // process cannot exec under the strict filter).
   bool mask_toolchain = true;
+  // The device slot running the stage ("gpu0", "cpu1"): with pre-forked run
+  // stages on, a run stage is forked by that slot's zygote. Empty: fork+exec.
+  std::string run_slot;
 };
 
 // What a stage process left behind, decoded.
@@ -111,6 +115,18 @@ class StageRunner {
                                    const ProcessSpec& harness, const StagePlacement& placement,
                                    const std::vector<std::string>& cgroup_procs) const;
 
+  // Starts run stages through one zygote per slot (docs/prefork.md) from now
+  // on; needs the sandbox. `enter_library` is libkbox_sandbox_enter.so.
+  // Compile stages, and run stages without a run_slot, stay fork+exec.
+  void EnablePrefork(const std::string& enter_library);
+  bool prefork_enabled() const { return zygotes_ != nullptr; }
+  // The zygote of `slot` (prefork enabled only; for tests).
+  Zygote& ZygoteFor(const std::string& slot) const { return zygotes_->For(slot); }
+  // The environment a zygote starts with: the stage's clean environment,
+  // one thread for every library that would start a pool at import, and no
+  // GPU; nothing of any job.
+  std::vector<std::string> ZygoteEnvironment() const;
+
   const HarnessSettings& settings() const { return settings_; }
   const std::optional<SandboxSettings>& sandbox() const { return sandbox_; }
 
@@ -121,8 +137,14 @@ class StageRunner {
   StageOutcome RunSandboxed(const JobWorkspace& workspace, v1::Stage stage, ProcessSpec harness,
                             const StagePlacement& placement) const;
 
+  // Runs the sandboxed stage of `spec_path` through the slot's zygote;
+  // nullopt when the zygote cannot start (the caller falls back to fork+exec).
+  std::optional<ProcessOutcome> RunPreforked(const std::string& slot, const std::string& spec_path,
+                                             const ProcessSpec& limits) const;
+
   HarnessSettings settings_;
   std::optional<SandboxSettings> sandbox_;
+  std::shared_ptr<ZygotePool> zygotes_;  // Set by EnablePrefork.
   std::vector<std::string> inherited_;  // Resolved NAME=value pairs.
 };
 

@@ -15,6 +15,11 @@
 //   setuid0          become uid 0 of the host
 //   kill-init        SIGKILL pid 1 of the sandbox (its init)
 //   exec PATH        execve PATH (e.g. a compiler hidden from run stages)
+//   whoami           print "pid P uid U fds F..." (honest; exits 0)
+//
+// kbox-sandboxee-enter is the same program for the return mode
+// (libkbox_sandbox_enter.so): `kbox-sandboxee-enter SPEC WHAT...` enters the
+// sandbox of SPEC in place, then tries WHAT inside it.
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -30,6 +35,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -101,9 +107,27 @@ int Fill(const char* path, long long bytes) {
   return kGotThrough;
 }
 
-}  // namespace
+// Who the process is inside the sandbox, and which descriptors it holds.
+int WhoAmI() {
+  std::string fds;
+  if (DIR* dir = ::opendir("/proc/self/fd")) {
+    const int own = ::dirfd(dir);
+    std::vector<int> open;
+    while (dirent* e = ::readdir(dir)) {
+      if (e->d_name[0] == '.') continue;
+      const int fd = std::atoi(e->d_name);
+      if (fd != own) open.push_back(fd);
+    }
+    ::closedir(dir);
+    std::sort(open.begin(), open.end());
+    for (int fd : open) fds += " " + std::to_string(fd);
+  }
+  std::printf("pid %d uid %d fds%s\n", static_cast<int>(::getpid()), static_cast<int>(::getuid()),
+              fds.c_str());
+  return 0;
+}
 
-int main(int argc, char** argv) {
+int Sandboxee(int argc, char** argv) {
   if (argc < 2) return kUsage;
   const std::string what = argv[1];
   if (what == "read" && argc == 3) return Read(argv[2]);
@@ -141,5 +165,25 @@ int main(int argc, char** argv) {
     ::execv(argv[2], argv + 2);
     return Refused("execv");
   }
+  if (what == "whoami") return WhoAmI();
   return kUsage;
 }
+
+}  // namespace
+
+#ifdef KBOX_SANDBOXEE_ENTERS
+#include "worker/sandbox/kbox_sandbox_enter.h"
+
+int main(int argc, char** argv) {
+  if (argc < 3) return kUsage;
+  char err[512] = "";
+  if (kbox_sandbox_enter(argv[1], err, sizeof err) != 0) {
+    std::fprintf(stderr, "kbox-sandbox: %s\n", err);
+    return 125;
+  }
+  // Only the sandboxed program process gets here.
+  return Sandboxee(argc - 1, argv + 1);
+}
+#else
+int main(int argc, char** argv) { return Sandboxee(argc, argv); }
+#endif

@@ -248,6 +248,20 @@ TEST(ConfigLoaderTest, RelativeDirectoryFlagsBecomeAbsolute) {
   EXPECT_EQ(cl->config.harness_dir(), (fs::current_path() / "h").string());
 }
 
+// Pre-forked run stages share the zygote's memory image and ASLR layout
+// between jobs (docs/prefork.md): never on unless asked for.
+TEST(ConfigLoaderTest, PreforkedRunStageIsOffUnlessAsked) {
+  const auto plain = Parse({});
+  ASSERT_TRUE(plain);
+  EXPECT_FALSE(plain->config.preforked_run_stage());
+  const auto flag = Parse({"--preforked-run-stage"});
+  ASSERT_TRUE(flag);
+  EXPECT_TRUE(flag->config.preforked_run_stage());
+  const auto text = ParseConfigText("preforked_run_stage: true\n");
+  ASSERT_TRUE(text);
+  EXPECT_TRUE(text->preforked_run_stage());
+}
+
 TEST(ConfigLoaderTest, UnknownFlagIsError) {
   const auto cl = Parse({"--no-such-flag", "1"});
   ASSERT_FALSE(cl);

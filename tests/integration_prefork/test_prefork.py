@@ -1,0 +1,183 @@
+"""Pre-forked run stages (docs/prefork.md) end to end: a real kboxd with
+--preforked-run-stage, the bundled example and two shared escape cases through
+its zygote, then the same example through a kboxd without the flag (sharing
+the build cache, so nothing compiles twice) to print both run-stage figures.
+
+Its own session and daemons: tests/integration's autouse job table would
+submit dozens of unrelated jobs."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+import kbox_it as it  # noqa: E402
+
+START_TIMEOUT_S = 120
+JOB_TIMEOUT_S = 600
+CONFIG = """\
+default_time_limit_s: 60
+max_time_limit_s: 120
+job_memory_bytes: 3221225472
+job_scratch_bytes: 1073741824
+cpu_run_slots: 1
+build_cache_dir: "%s"
+"""
+# (case, what it must end as): kill_parent kills the judge (its parent) —
+# in prefork mode the zygote is far outside its pid namespace; ptrace_parent
+# must still be named a sandbox violation (as in tests/integration).
+# stdout_flood and infinite_loop pin the output-flood kill and the wall-clock
+# limit for a zygote's child.
+ESCAPES = {"esc_ptrace_parent_cpu": {"SANDBOX_VIOLATION"},
+           "esc_kill_parent_cpu": {"RUNTIME_ERROR", "SANDBOX_VIOLATION"},
+           "esc_stdout_flood_cpu": {"RUNTIME_ERROR"},
+           "esc_infinite_loop_cpu": {"TIMEOUT"}}
+
+
+class Kboxd(object):
+    def __init__(self, root, name, flags):
+        self.work_dir = os.path.join(root, name)
+        os.makedirs(self.work_dir)
+        config = os.path.join(self.work_dir, "kbox.textproto")
+        with open(config, "w") as f:
+            f.write(CONFIG % os.path.join(root, "build-cache"))
+        self.stderr_path = os.path.join(self.work_dir, "kboxd.stderr")
+        with open(self.stderr_path, "wb") as err:
+            self.proc = subprocess.Popen(
+                [os.path.join(it.bin_dir(), "kboxd"), "--listen", "127.0.0.1:0",
+                 "--work-dir", os.path.join(self.work_dir, "work"), "--config", config] + flags,
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        self.port = None
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline().decode("utf-8", "replace")
+            if not line:
+                break
+            if " listening on http://" in line:
+                self.port = int(line.strip().rsplit(":", 1)[1])
+                break
+        if self.port is None:
+            self.stop()
+            pytest.fail("kboxd did not start:\n" + self.stderr(), pytrace=False)
+
+    def stderr(self):
+        with open(self.stderr_path, "r", encoding="utf-8", errors="replace") as f:
+            return f.read()
+
+    def evaluate(self, name, reference, candidate, **fields):
+        payload = {"reference_source": it.read(reference), "candidate_source": it.read(candidate),
+                   "backend": "BACKEND_CPU", "client_request_id": "prefork-" + name}
+        payload.update(fields)
+        reply = it.post_json(self.port, payload, timeout=JOB_TIMEOUT_S)
+        assert reply.status == 200, reply.text
+        return reply.json()
+
+    def zygotes(self):
+        """Pids of this kboxd's zygote children."""
+        found = []
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open("/proc/%s/stat" % pid) as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                with open("/proc/%s/cmdline" % pid, "rb") as f:
+                    cmdline = f.read()
+            except OSError:
+                continue
+            if ppid == self.proc.pid and b"kbox_zygote.py" in cmdline:
+                found.append(int(pid))
+        return found
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+
+def example(name):
+    return os.path.join(it.EXAMPLE_DIR, name)
+
+
+def escape(case, name):
+    return os.path.join(it.shared_dir(), "corpus", "escapes", case, name)
+
+
+@pytest.fixture(scope="module")
+def runs():
+    """Every job of the module, in order: prefork daemon first, then the plain one."""
+    root = tempfile.mkdtemp(prefix="kbox-prefork-it-")
+    out = {}
+    try:
+        pre = Kboxd(root, "prefork", ["--preforked-run-stage"])
+        # The first job builds the example and starts the slot's zygote.
+        out["example_first"] = pre.evaluate("example-1", example("reference.py"),
+                                            example("candidate.py"), measure_performance=False)
+        zygotes_after_first = pre.zygotes()
+        for case in ESCAPES:
+            out[case] = pre.evaluate(case, escape(case, "reference.py"), escape(case, "candidate.py"),
+                                     measure_performance=False, time_limit_s=15,
+                                     anticheat_profile="off")
+        # Built already (the build cache): this run stage is the prefork figure.
+        out["example_prefork"] = pre.evaluate("example-2", example("reference.py"),
+                                              example("candidate.py"), measure_performance=False)
+        out["zygotes"] = (zygotes_after_first, pre.zygotes())
+        out["prefork_rc"] = pre.stop()
+        out["prefork_log"] = pre.stderr()
+        plain = Kboxd(root, "plain", [])
+        out["example_exec"] = plain.evaluate("example-3", example("reference.py"),
+                                             example("candidate.py"), measure_performance=False)
+        out["exec_rc"] = plain.stop()
+        yield out
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_example_is_correct_through_the_zygote(runs):
+    for key in ("example_first", "example_prefork"):
+        r = runs[key]
+        assert r["status"] == "CORRECT" and r["rewardable"] is True, it.describe(r)
+    log = runs["prefork_log"]
+    assert "run stages start from a pre-forked zygote" in log, log
+    assert "fall back to fork+exec" not in log, log
+    assert runs["prefork_rc"] == 0
+
+
+def test_one_zygote_served_every_job(runs):
+    first, last = runs["zygotes"]
+    assert len(first) == 1, runs["zygotes"]  # one CPU run slot: one zygote
+    assert first == last, "the zygote was replaced: %s" % (runs["zygotes"],)
+
+
+@pytest.mark.parametrize("case", sorted(ESCAPES))
+def test_escape_gets_its_expected_result_through_the_zygote(runs, case):
+    r = runs[case]
+    assert r["rewardable"] is False, it.describe(r)
+    assert r["status"] in ESCAPES[case], it.describe(r)
+    if case == "esc_ptrace_parent_cpu":
+        assert "import of ctypes.util" in r["message"] and "sandbox forbids" in r["message"], \
+            it.describe(r)
+
+
+def test_run_stage_start_up_is_faster_with_prefork(runs):
+    pre = runs["example_prefork"]
+    ex = runs["example_exec"]
+    assert ex["status"] == "CORRECT", it.describe(ex)
+    assert runs["exec_rc"] == 0
+    # Figures only (timings vary with the host's load): the bundled example,
+    # built already, 3-trial default, no performance measurement.
+    print("\nrun stage of docs/examples/bias_relu (CPU): fork+exec %.0f ms, prefork %.0f ms "
+          "(first prefork job %.0f ms; its zygote started just before, outside run_ms)"
+          % (ex["durations"]["run_ms"], pre["durations"]["run_ms"],
+             runs["example_first"]["durations"]["run_ms"]))
+    assert pre["durations"]["run_ms"] > 0 and ex["durations"]["run_ms"] > 0

@@ -1,0 +1,104 @@
+#include "worker/process_supervision.h"
+
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <optional>
+
+namespace kbox {
+
+using Clock = std::chrono::steady_clock;
+
+void RecordWaitStatus(int status, ProcessOutcome& out) {
+  if (WIFEXITED(status)) {
+    out.exit_code = WEXITSTATUS(status);
+    if (out.end == ProcessOutcome::End::kSpawnFailed) out.end = ProcessOutcome::End::kExited;
+  } else if (WIFSIGNALED(status)) {
+    out.term_signal = WTERMSIG(status);
+    if (out.end == ProcessOutcome::End::kSpawnFailed) out.end = ProcessOutcome::End::kSignaled;
+  }
+}
+
+void SuperviseProcess(const ProcessSpec& spec, Clock::time_point start, Fd output_r, Fd result_r,
+                      const MainProcess& main, ProcessOutcome& out) {
+  const auto deadline = start + spec.wall_limit;
+  std::optional<Clock::time_point> drain_deadline;
+  bool main_exited = false;
+  std::array<char, 64 * 1024> buffer;
+
+  while (output_r.get() >= 0 || result_r.get() >= 0 || !main_exited) {
+    const auto now = Clock::now();
+    const auto limit = drain_deadline ? std::min(*drain_deadline, deadline) : deadline;
+    if (now >= limit) {
+      if (!main_exited) {
+        out.end = ProcessOutcome::End::kTimedOut;
+        main.kill_group();
+        main.reap(out);
+      }
+      break;  // Drain grace over: a process that escaped the group holds a pipe.
+    }
+    std::array<pollfd, 3> fds{{{output_r.get(), POLLIN, 0},
+                               {result_r.get(), POLLIN, 0},
+                               {main_exited ? -1 : main.ended_fd, POLLIN, 0}}};
+    if (spec.cancel && spec.cancel->load() && !main_exited) {
+      out.end = ProcessOutcome::End::kCancelled;
+      main.kill_group();
+      main.reap(out);
+      break;
+    }
+    auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(limit - now) +
+                std::chrono::milliseconds(1);
+    if (spec.cancel) wait = std::min(wait, kCancelPollInterval);
+    const auto wait_ms = wait.count();
+    if (::poll(fds.data(), fds.size(), static_cast<int>(wait_ms)) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (fds[0].revents != 0) {
+      const ssize_t n = ::read(output_r.get(), buffer.data(), buffer.size());
+      if (n <= 0) {
+        output_r.reset();
+      } else {
+        out.output_bytes += static_cast<uint64_t>(n);
+        out.output_tail.append(buffer.data(), static_cast<size_t>(n));
+        if (out.output_tail.size() > 2 * spec.output_tail_bytes) {
+          out.output_tail.erase(0, out.output_tail.size() - spec.output_tail_bytes);
+        }
+        if (out.output_bytes > spec.max_output_bytes && !main_exited) {
+          out.end = ProcessOutcome::End::kOutputLimit;
+          main.kill_group();
+          main.reap(out);
+          main_exited = true;
+          drain_deadline = Clock::now() + kDrainGrace;
+        }
+      }
+    }
+    if (fds[1].revents != 0) {
+      const ssize_t n = ::read(result_r.get(), buffer.data(), buffer.size());
+      if (n <= 0) {
+        result_r.reset();
+      } else if (out.result.size() + static_cast<size_t>(n) > spec.max_result_bytes) {
+        out.result_truncated = true;
+        result_r.reset();  // The child now gets EPIPE; its report is void anyway.
+      } else {
+        out.result.append(buffer.data(), static_cast<size_t>(n));
+      }
+    }
+    if (fds[2].revents != 0 && !main_exited) {
+      main.reap(out);
+      main_exited = true;
+      // The job is over: whatever it left running in its group goes too.
+      main.kill_group();
+      drain_deadline = Clock::now() + kDrainGrace;
+    }
+  }
+  if (out.output_tail.size() > spec.output_tail_bytes) {
+    out.output_tail.erase(0, out.output_tail.size() - spec.output_tail_bytes);
+  }
+}
+
+}  // namespace kbox

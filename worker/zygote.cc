@@ -1,0 +1,236 @@
+#include "worker/zygote.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "worker/process_supervision.h"
+
+namespace kbox {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kZygoteSocketFd = 3;  // Where the zygote finds its end of the socket.
+// How long a healthy zygote takes to fork and answer with the child's pid.
+constexpr auto kForkReplyTimeout = std::chrono::milliseconds(30'000);
+constexpr size_t kMaxMessage = 4096;
+
+std::vector<char*> CStrings(const std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  for (const auto& s : strings) out.push_back(const_cast<char*>(s.c_str()));
+  out.push_back(nullptr);
+  return out;
+}
+
+// Between fork and exec: async-signal-safe calls only.
+[[noreturn]] void ExecZygote(char* const* argv, char* const* envp, int socket_fd, pid_t parent) {
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != parent) ::_exit(127);
+  const int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  // stdout/stderr stay kboxd's: the zygote's own messages go to kboxd's log.
+  if (devnull < 0 || ::dup2(devnull, 0) < 0 || ::dup2(socket_fd, kZygoteSocketFd) < 0) ::_exit(127);
+  ::close_range(kZygoteSocketFd + 1, ~0U, 0);
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGCHLD}) ::sigaction(sig, &dfl, nullptr);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  if (::chdir("/") != 0) ::_exit(127);
+  ::execve(argv[0], argv, envp);
+  ::_exit(127);
+}
+
+}  // namespace
+
+Zygote::~Zygote() {
+  std::lock_guard lock(mu_);
+  StopLocked();
+}
+
+pid_t Zygote::pid() const {
+  std::lock_guard lock(mu_);
+  return pid_;
+}
+
+pid_t Zygote::last_child() const {
+  std::lock_guard lock(mu_);
+  return last_child_;
+}
+
+std::optional<std::string> Zygote::Start() {
+  std::lock_guard lock(mu_);
+  return StartLocked();
+}
+
+void Zygote::StopLocked() {
+  socket_.reset();
+  if (pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  pid_ = -1;
+}
+
+std::optional<std::string> Zygote::StartLocked() {
+  if (pid_ > 0) {
+    // Still ours and alive? A zygote that died between jobs is replaced.
+    if (::waitpid(pid_, nullptr, WNOHANG) == 0 && socket_.get() >= 0) return std::nullopt;
+    pid_ = -1;
+    socket_.reset();
+  }
+  if (!start_error_.empty() && Clock::now() - start_failed_at_ < kStartRetryDelay) {
+    return start_error_;
+  }
+  int pair[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) {
+    return std::string("socketpair: ") + std::strerror(errno);
+  }
+  Fd ours(pair[0]), theirs(pair[1]);
+  const std::vector<std::string> args = {settings_.python, "-s", "-B", settings_.script,
+                                         "--socket-fd", std::to_string(kZygoteSocketFd),
+                                         "--enter-lib", settings_.enter_library};
+  const auto argv = CStrings(args);
+  const auto envp = CStrings(settings_.env);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) return std::string("fork: ") + std::strerror(errno);
+  if (pid == 0) ExecZygote(argv.data(), envp.data(), theirs.get(), parent);
+  theirs.reset();
+  pid_ = pid;
+  socket_ = std::move(ours);
+  const auto ready = Receive(settings_.start_timeout);
+  if (!ready || !ready->starts_with("ready ")) {
+    StopLocked();
+    start_error_ = "the zygote did not report ready within " +
+                   std::to_string(settings_.start_timeout.count()) +
+                   " ms (its stderr is in kboxd's log)";
+    start_failed_at_ = Clock::now();
+    return start_error_;
+  }
+  start_error_.clear();
+  return std::nullopt;
+}
+
+std::optional<std::string> Zygote::Receive(std::chrono::milliseconds timeout) {
+  pollfd p{socket_.get(), POLLIN, 0};
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) return std::nullopt;
+    const int n = ::poll(&p, 1, static_cast<int>(left.count()));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return std::nullopt;
+    break;
+  }
+  char buffer[kMaxMessage];
+  const ssize_t got = ::recv(socket_.get(), buffer, sizeof buffer, MSG_DONTWAIT);
+  if (got <= 0) return std::nullopt;
+  return std::string(buffer, static_cast<size_t>(got));
+}
+
+bool Zygote::SendRequest(const std::string& message, int output_w, int result_w) {
+  iovec iov{const_cast<char*>(message.data()), message.size()};
+  alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+  cmsg->cmsg_level = SOL_SOCKET;
+  cmsg->cmsg_type = SCM_RIGHTS;
+  cmsg->cmsg_len = CMSG_LEN(2 * sizeof(int));
+  const int fds[2] = {output_w, result_w};
+  std::memcpy(CMSG_DATA(cmsg), fds, sizeof fds);
+  return ::sendmsg(socket_.get(), &msg, MSG_NOSIGNAL) == static_cast<ssize_t>(message.size());
+}
+
+bool Zygote::ReadExit(pid_t child, ProcessOutcome& out) {
+  const auto message = Receive(kReapGrace);
+  if (!message) return false;
+  long pid = 0;
+  int status = 0;
+  double cpu_ms = 0;
+  if (std::sscanf(message->c_str(), "exit %ld %d %lf", &pid, &status, &cpu_ms) != 3 ||
+      pid != child) {
+    return false;
+  }
+  out.cpu_ms = cpu_ms;
+  RecordWaitStatus(status, out);
+  return true;
+}
+
+std::optional<ProcessOutcome> Zygote::Run(const std::string& sandbox_spec,
+                                          const ProcessSpec& limits) {
+  std::lock_guard lock(mu_);
+  const auto start = Clock::now();
+  if (StartLocked()) return std::nullopt;
+  ProcessOutcome out;
+  int output[2], result[2];
+  if (::pipe2(output, O_CLOEXEC) != 0) {
+    out.spawn_error = std::string("pipe: ") + std::strerror(errno);
+    return out;
+  }
+  Fd output_r(output[0]), output_w(output[1]);
+  if (::pipe2(result, O_CLOEXEC) != 0) {
+    out.spawn_error = std::string("pipe: ") + std::strerror(errno);
+    return out;
+  }
+  Fd result_r(result[0]), result_w(result[1]);
+  const std::string request = "fork " + sandbox_spec;
+  const bool sent = SendRequest(request, output_w.get(), result_w.get());
+  output_w.reset();
+  result_w.reset();
+  const auto reply = sent ? Receive(kForkReplyTimeout) : std::nullopt;
+  long child = 0;
+  if (!reply || std::sscanf(reply->c_str(), "pid %ld", &child) != 1 || child <= 0) {
+    out.spawn_error = "the zygote (pid " + std::to_string(pid_) + ") did not fork the stage: " +
+                      (reply ? *reply : std::string("no reply"));
+    StopLocked();
+    return out;
+  }
+  const pid_t group = static_cast<pid_t>(child);
+  last_child_ = group;
+  bool zygote_failed = false;
+  // The child called setsid(): its pid is the job's process group, which the
+  // sandbox's launcher, init and program all belong to.
+  const MainProcess main{.ended_fd = socket_.get(),
+                         .reap = [&](ProcessOutcome& o) {
+                           if (!ReadExit(group, o)) zygote_failed = true;
+                         },
+                         .kill_group = [group] { ::kill(-group, SIGKILL); }};
+  SuperviseProcess(limits, start, std::move(output_r), std::move(result_r), main, out);
+  if (zygote_failed) {
+    ::kill(-group, SIGKILL);
+    const pid_t dead = pid_;
+    StopLocked();
+    // Nothing it reported counts: not the status, not the result channel.
+    ProcessOutcome failed;
+    failed.output_tail = std::move(out.output_tail);
+    failed.output_bytes = out.output_bytes;
+    out = std::move(failed);
+    out.spawn_error = "the zygote (pid " + std::to_string(dead) +
+                      ") died or broke its protocol during the stage; it will be restarted";
+  }
+  out.wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  return out;
+}
+
+Zygote& ZygotePool::For(const std::string& slot) {
+  std::lock_guard lock(mu_);
+  auto& zygote = zygotes_[slot];
+  if (!zygote) zygote = std::make_unique<Zygote>(settings_);
+  return *zygote;
+}
+
+}  // namespace kbox
