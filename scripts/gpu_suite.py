@@ -32,10 +32,13 @@ GPU_CASES = os.path.join(REPO, "tests", "gpu", "cases")
 FEW_SHOT = ["add", "fuse_gelu", "tiled_matmul", "mnist2", "flash_attn"]
 
 
-def start_daemon(work_dir, python):
+def start_daemon(work_dir, python, stderr=None):
+    """Starts kboxd; returns (process, URL). stderr: where kboxd's log goes
+    (default this process's stderr)."""
     cmd = [os.path.join(REPO, "build", "bin", "kboxd"), "--listen", "127.0.0.1:0",
            "--work-dir", work_dir, "--python", python]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=sys.stderr, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=sys.stderr if stderr is None else stderr,
+                            text=True)
     line = proc.stdout.readline()
     if "listening on " not in line:
         proc.kill()

@@ -11,9 +11,9 @@ Issue 6: the same jobs go through kboxd and through a plain serial loop.
    --concurrency jobs in flight, plus --resubmit-share exact resubmissions of
    finished candidates under new keys (build-cache hits).
 3. Runs the serial baseline (scripts/kbox_bench_baseline.py: one process,
-   in-process load_inline, KernelBench's trials and timing) on the first
-   --baseline-jobs of the same jobs, after the service run, so the two never
-   share the machine.
+   in-process load_inline, KernelBench's trials and timing) on --baseline-jobs
+   of the same jobs spread over the list, after the service run, so the two
+   never share the machine.
 4. Prints one summary with the targets of issue 6 beside each figure.
 
 Usage: scripts/kbox-bench --backend cpu|cuda [--jobs N] [--resubmit-share F]
@@ -39,6 +39,7 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+import gpu_suite  # noqa: E402
 import kbox_bench_candidates as candidates  # noqa: E402
 
 PHASES = ("static_ms", "compile_ms", "queue_wait_ms", "run_ms", "total_ms")
@@ -48,16 +49,32 @@ TARGETS = {"distinct_per_gpu_hour": 3000, "ratio": 50, "busy": 0.80, "hit_overhe
 
 
 def start_daemon(python, log_path):
+    """gpu_suite's start_daemon with kboxd's log in log_path and a fresh work
+    dir; returns (process, URL, work_dir, log). On failure nothing is left."""
     work_dir = tempfile.mkdtemp(prefix="kbox-bench-")
-    cmd = [os.path.join(REPO, "build", "bin", "kboxd"), "--listen", "127.0.0.1:0",
-           "--work-dir", work_dir, "--python", python]
     log = open(log_path, "w")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
-    line = proc.stdout.readline()
-    if "listening on " not in line:
-        proc.kill()
-        sys.exit("kboxd did not start (%r); see %s" % (line, log_path))
-    return proc, line.strip().split("listening on ")[1], work_dir
+    try:
+        proc, server = gpu_suite.start_daemon(work_dir, python, stderr=log)
+    except BaseException:  # includes its sys.exit when kboxd does not start
+        log.close()
+        shutil.rmtree(work_dir, ignore_errors=True)
+        print("kboxd log: %s" % log_path, file=sys.stderr)
+        raise
+    return proc, server, work_dir, log
+
+
+def stop_daemon(proc, work_dir, log):
+    """SIGTERM, then SIGKILL if it has not exited in 300 s; always reaped."""
+    try:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    finally:
+        shutil.rmtree(work_dir, ignore_errors=True)  # its build cache is this run's only
+        log.close()
 
 
 def http(server, path, body=None, timeout=90):
@@ -143,12 +160,61 @@ def pct(values, p):
     return values[max(0, min(len(values) - 1, int(-(-p * len(values) // 100)) - 1))]
 
 
+def evaluated(records):
+    """The records kboxd evaluated: a result with durations, not a CLIENT_ERROR."""
+    return [r for r in records if r["result"].get("status") != "CLIENT_ERROR"
+            and isinstance(r["result"].get("durations"), dict) and r.get("done")]
+
+
+def _stopped_after(result):
+    """Index in PHASES of the last stage a job reached before it was stopped:
+    0 for a static rejection, 1 for a compile failure, 3 otherwise."""
+    if result.get("status") == "REJECTED" and any(
+            v.get("phase") == "PHASE_STATIC" and v.get("severity") == "REJECT"
+            for v in result.get("verdicts", [])):
+        return 0
+    if result.get("status") == "COMPILE_ERROR" or (result.get("runtime_error") or {}).get("phase") == "PHASE_COMPILE":
+        return 1
+    return 3
+
+
+def reached(record, phase):
+    """Whether the job reached `phase` (total_ms: every evaluated job)."""
+    durations = record["result"].get("durations") or {}
+    if phase not in durations:
+        return False
+    return phase == "total_ms" or PHASES.index(phase) <= _stopped_after(record["result"])
+
+
 def phase_table(records):
+    """{phase: (p50, p99)} over the jobs that reached that phase."""
     rows = {}
     for phase in PHASES:
-        vals = [r["result"].get("durations", {}).get(phase, 0.0) for r in records]
+        vals = [r["result"]["durations"][phase] for r in records if reached(r, phase)]
         rows[phase] = (pct(vals, 50), pct(vals, 99))
     return rows
+
+
+def windows(records):
+    """(wall_s, busy_window_s) over the evaluated records: first submission to
+    last result, and first run start (its result's done time less its run_ms)
+    to last result."""
+    done = evaluated(records)
+    if not done:
+        return 0.0, 0.0
+    last = max(r["done"] for r in done)
+    wall = last - min(r["submitted"] for r in done)
+    ran = [r["done"] - r["result"]["durations"].get("run_ms", 0) / 1000.0 for r in done
+           if reached(r, "run_ms") and r["result"]["durations"].get("run_ms", 0) > 0]
+    return wall, (last - min(ran)) if ran else 0.0
+
+
+def baseline_sample(jobs, n):
+    """n jobs spread over the list (every step-th), not the first n."""
+    if n <= 0 or not jobs:
+        return []
+    step = max(1, len(jobs) // n)
+    return jobs[::step][:n]
 
 
 def run_baseline(python, jobs, device):
@@ -170,37 +236,46 @@ def verdict(value, target, higher_is_better=True):
     return "met" if met else "NOT met"
 
 
-def summarise(args, info, records, window_s, metrics, baseline, scale_note):
-    gpus = len(info.get("gpus", []))
+def summarise(args, info, records, metrics, baseline, scale_note, baseline_asked):
+    """The summary dict. Rates count only evaluated jobs (not CLIENT_ERROR);
+    the ratio needs a baseline that finished all baseline_asked jobs correctly."""
+    gpus = len(info.get("gpus") or []) if args.backend in ("cuda", "triton") else 0
     devices = gpus or 1  # the CPU backend: the whole machine counts as one device
-    cold = [r for r in records if not r["resubmission"]]
-    hits = [r for r in records if r["result"].get("build_cache_hit")]
-    again = [r for r in records if r["resubmission"]]
+    done = evaluated(records)
+    cold = [r for r in done if not r["resubmission"]]
+    hits = [r for r in done if r["result"].get("build_cache_hit")]
+    again = [r for r in done if r["resubmission"]]
     statuses = {}
     for r in records:
         statuses[r["result"].get("status")] = statuses.get(r["result"].get("status"), 0) + 1
     good = [r for r in records if r["result"].get("status") == "CORRECT" and r["result"].get("rewardable")]
+    window_s, busy_window_s = windows(records)
     hours = window_s / 3600.0
-    run_s = [r["result"].get("durations", {}).get("run_ms", 0) / 1000 for r in records]
+    per_hour = lambda n: n / hours if hours > 0 else None  # noqa: E731
+    run_s = [r["result"]["durations"].get("run_ms", 0) / 1000 for r in done if reached(r, "run_ms")]
     slots = gpus or info.get("cpu_run_slots", 1) or 1
-    busy = sum(run_s) / (window_s * slots) if window_s else None
+    busy = sum(run_s) / (busy_window_s * slots) if busy_window_s > 0 else None
     d = lambda r, k: r["result"]["durations"].get(k, 0) / 1000  # noqa: E731
     hit_overhead = [d(r, "total_ms") - d(r, "run_ms") for r in hits]
     # The same without the wait for a free run slot, which is load, not the cache.
     hit_unqueued = [d(r, "total_ms") - d(r, "run_ms") - d(r, "queue_wait_ms") for r in hits]
+    distinct_per_hour = per_hour(len(cold))
     s = {
         "backend": args.backend, "gpus": gpus, "devices_counted": devices,
         "cpu_run_slots": info.get("cpu_run_slots"), "compile_workers": info.get("compile_workers"),
-        "scale": scale_note, "jobs": len(records), "distinct": len(cold), "resubmissions": len(again),
-        "concurrency": args.concurrency, "wall_s": window_s,
-        "evals_per_hour": len(records) / hours, "distinct_per_hour": len(cold) / hours,
-        "distinct_per_device_hour": len(cold) / hours / devices,
+        "scale": scale_note, "jobs": len(records), "evaluated": len(done),
+        "distinct": sum(1 for r in records if not r["resubmission"]),
+        "resubmissions": sum(1 for r in records if r["resubmission"]),
+        "concurrency": args.concurrency, "wall_s": window_s, "busy_window_s": busy_window_s,
+        "evals_per_hour": per_hour(len(done)), "distinct_per_hour": distinct_per_hour,
+        "distinct_per_device_hour": distinct_per_hour / devices if distinct_per_hour is not None else None,
         "statuses": statuses, "correct_rewardable": len(good),
-        "not_correct": [(r["id"], r["result"].get("status"), r["result"].get("message", "")[:300])
+        "not_correct": [(r["id"] + (" (resubmission)" if r["resubmission"] else ""),
+                         r["result"].get("status"), (r["result"].get("message") or "")[:300])
                         for r in records if r not in good],
         "phases_cold": phase_table(cold), "phases_resubmitted": phase_table(again),
         "busy_fraction": busy, "busy_slots": slots,
-        "cache_hits": len(hits), "cache_hit_rate_all": len(hits) / len(records) if records else None,
+        "cache_hits": len(hits), "cache_hit_rate_all": len(hits) / len(done) if done else None,
         "cache_hit_rate_resubmitted": (sum(1 for r in again if r["result"].get("build_cache_hit")) /
                                        len(again)) if again else None,
         "hit_overhead_p50_s": pct(hit_overhead, 50), "hit_overhead_p99_s": pct(hit_overhead, 99),
@@ -208,23 +283,37 @@ def summarise(args, info, records, window_s, metrics, baseline, scale_note):
         "metrics": metrics,
     }
     s["baseline"] = baseline
-    if baseline and all(b["correct"] for b in baseline):  # a wrong job would not be a fair cost
+    s["baseline_asked"] = baseline_asked
+    wrong = [b["id"] for b in baseline if not b.get("correct")]
+    if not baseline_asked:
+        s["ratio_withheld"] = "the baseline was not run (--baseline-jobs 0)"
+    elif len(baseline) != baseline_asked:
+        s["ratio_withheld"] = "the baseline finished %d of %d jobs" % (len(baseline), baseline_asked)
+    elif wrong:  # a wrong job would not be a fair cost
+        s["ratio_withheld"] = "baseline job(s) not correct: %s" % ", ".join(wrong)
+    elif s["distinct_per_device_hour"] is None:
+        s["ratio_withheld"] = "no job was evaluated by the service"
+    else:
         per_job = sum(b["total_s"] for b in baseline) / len(baseline)
         s["baseline_per_job_s"] = per_job
-        s["baseline_per_hour"] = 3600.0 / per_job
-        s["ratio"] = s["distinct_per_device_hour"] / s["baseline_per_hour"]
+        s["baseline_per_hour"] = 3600.0 / per_job if per_job > 0 else None
+        if s["baseline_per_hour"]:
+            s["ratio"] = s["distinct_per_device_hour"] / s["baseline_per_hour"]
+        else:
+            s["ratio_withheld"] = "the baseline took no measurable time"
     return s
 
 
 def print_summary(s):
-    f = lambda v, fmt="%.1f": "-" if v is None else fmt % v  # noqa: E731
+    f = lambda v, fmt="%.1f": "n/a" if v is None else fmt % v  # noqa: E731
     unit = "GPU-hour" if s["gpus"] else "device-hour (CPU backend: the machine = 1 device)"
     print("\n===== kbox-bench summary (%s backend) =====" % s["backend"])
     print("reference sizes: %s" % s["scale"])
     print("jobs %d = %d distinct + %d exact resubmissions; concurrency %d; compile workers %s; %s"
           % (s["jobs"], s["distinct"], s["resubmissions"], s["concurrency"], s["compile_workers"],
              ("%d GPU(s)" % s["gpus"]) if s["gpus"] else ("%s CPU run slots" % s["cpu_run_slots"])))
-    print("wall %.1f s (first submit to last result)" % s["wall_s"])
+    print("wall %.1f s (first submit to last result); %d of %d jobs evaluated (rates count only these)"
+          % (s["wall_s"], s["evaluated"], s["jobs"]))
     print("statuses %s; CORRECT+rewardable %d of %d" % (s["statuses"], s["correct_rewardable"], s["jobs"]))
     for row in s["not_correct"]:
         print("  NOT CORRECT: %s %s %s" % row)
@@ -233,19 +322,20 @@ def print_summary(s):
     target = TARGETS["distinct_per_gpu_hour"]
     print("distinct evaluations per %s: %s   [target >= %d: %s]" % (
         unit, f(s["distinct_per_device_hour"]), target, verdict(s["distinct_per_device_hour"], target)))
-    print("per-phase p50 / p99 (ms), cold distinct jobs | resubmissions:")
+    print("per-phase p50 / p99 (ms), jobs that reached the phase, cold distinct jobs | resubmissions:")
     for phase in PHASES:
         c, a = s["phases_cold"][phase], s["phases_resubmitted"][phase]
         print("  %-14s %10s / %-10s | %10s / %-10s" % (phase, f(c[0]), f(c[1]), f(a[0]), f(a[1])))
-    print("device busy (sum of run_ms / wall / %d slot(s)): %s   [target >= 80 %% while queued: %s]" % (
-        s["busy_slots"], f(s["busy_fraction"] and 100 * s["busy_fraction"], "%.1f %%"),
-        verdict(s["busy_fraction"], TARGETS["busy"])))
+    print("device busy from first run start (sum of run_ms / %.1f s from first run start to last result"
+          " / %d slot(s)): %s   [target >= 80 %% while queued: %s]" % (
+              s["busy_window_s"], s["busy_slots"],
+              f(None if s["busy_fraction"] is None else 100 * s["busy_fraction"], "%.1f %%"),
+              verdict(s["busy_fraction"], TARGETS["busy"])))
     print("per-job start-up on the device: not measured (no result field separates it from run_ms)"
           "   [target <= 0.5 s: not measured]")
-    print("build cache: %d hits; hit rate %s of all jobs, %s of resubmissions; metrics %s" % (
-        s["cache_hits"], f(s["cache_hit_rate_all"] and 100 * s["cache_hit_rate_all"], "%.0f %%"),
-        f(s["cache_hit_rate_resubmitted"] and 100 * s["cache_hit_rate_resubmitted"], "%.0f %%"),
-        s["metrics"]))
+    pc = lambda v: f(None if v is None else 100 * v, "%.0f %%")  # noqa: E731
+    print("build cache: %d hits; hit rate %s of evaluated jobs, %s of resubmissions; metrics %s" % (
+        s["cache_hits"], pc(s["cache_hit_rate_all"]), pc(s["cache_hit_rate_resubmitted"]), s["metrics"]))
     print("hit latency without the run (total - run): p50 %s s, p99 %s s   [target <= 0.2 s: %s]" % (
         f(s["hit_overhead_p50_s"], "%.3f"), f(s["hit_overhead_p99_s"], "%.3f"),
         verdict(s["hit_overhead_p99_s"], TARGETS["hit_overhead_s"], higher_is_better=False)))
@@ -253,15 +343,16 @@ def print_summary(s):
         f(s["hit_unqueued_p50_s"], "%.3f"), f(s["hit_unqueued_p99_s"], "%.3f")))
     for b in s["baseline"]:
         print("  baseline %s: correct=%s compile %.1f s, total %.1f s, candidate %.4f ms, "
-              "reference %.4f ms" % (b["id"], b["correct"], b["compile_s"], b["total_s"],
-                                     b["candidate_ms"], b["reference_ms"]))
+              "reference %.4f ms (means)%s" % (b["id"], b["correct"], b["compile_s"], b["total_s"],
+                                               b["candidate_ms"], b["reference_ms"],
+                                               ("; " + b["error"][:200]) if b.get("error") else ""))
     if "ratio" in s:
         print("serial baseline: %.1f s per job -> %.1f evaluations per hour" % (
             s["baseline_per_job_s"], s["baseline_per_hour"]))
         print("ratio service / baseline: %.2fx   [target >= %d: %s]" % (
             s["ratio"], TARGETS["ratio"], verdict(s["ratio"], TARGETS["ratio"])))
     else:
-        print("serial baseline: no ratio (not run, failed, or a baseline job was not correct)")
+        print("serial baseline: no ratio (%s)" % s["ratio_withheld"])
 
 
 def main():
@@ -302,7 +393,7 @@ def main():
     server = args.server
     if not server:
         log_path = os.path.join(tempfile.gettempdir(), "kbox-bench-kboxd-%d.log" % os.getpid())
-        daemon, server, work_dir = start_daemon(args.python, log_path)
+        daemon, server, work_dir, log = start_daemon(args.python, log_path)
         print("kboxd at %s (log %s)" % (server, log_path), flush=True)
     try:
         info = http(server, "/v1/info")
@@ -315,18 +406,15 @@ def main():
         after = scrape(server)
     finally:
         if daemon:
-            daemon.send_signal(signal.SIGTERM)
-            daemon.wait(timeout=300)
-            shutil.rmtree(work_dir, ignore_errors=True)  # its build cache is this run's only
-    timed = [r for r in records if r["done"]]
-    window = (max(r["done"] for r in timed) - min(r["submitted"] for r in timed)) if timed else 0.0
+            stop_daemon(daemon, work_dir, log)
     metrics = {k: (after[k] - before[k]) if after[k] is not None and before[k] is not None else None
                for k in METRICS}
     baseline = []
-    if args.baseline_jobs:
-        print("serial baseline on %d of the same jobs..." % args.baseline_jobs, flush=True)
-        baseline = run_baseline(args.python, jobs[:args.baseline_jobs], args.backend)
-    summary = summarise(args, info, records, window, metrics, baseline, scale_note)
+    sample = baseline_sample(jobs, args.baseline_jobs)
+    if sample:
+        print("serial baseline on %d of the same jobs (spread over the list)..." % len(sample), flush=True)
+        baseline = run_baseline(args.python, sample, args.backend)
+    summary = summarise(args, info, records, metrics, baseline, scale_note, len(sample))
     print_summary(summary)
     if args.out:
         os.makedirs(args.out, exist_ok=True)

@@ -15,6 +15,7 @@ import re
 import sys
 
 import kbox_bench_linear
+from kbox_bench_linear import kernelbench_dir, load_inline_block, slug  # noqa: F401 (shared helpers)
 
 # (file, C++ body of act(v, ...) as a float expression, init parameters
 # (name, default) as Model.__init__ takes them, size constants of the file).
@@ -49,18 +50,14 @@ class Problem(object):
     def __init__(self, path, expr, params):
         self.path = path
         self.name = os.path.splitext(os.path.basename(path))[0]
-        self.slug = re.sub(r"[^0-9a-zA-Z]+", "_", self.name).strip("_").lower()
+        self.slug = slug(self.name)
         self.expr = expr
         self.params = params
 
 
-def kernelbench_dir(shared):
-    return os.path.join(shared, "datasets", "kernelbench")
-
-
 def problems(shared):
     """The level-1 problems the generator writes kernels for, in a fixed order."""
-    base = os.path.join(kernelbench_dir(shared), "level1")
+    base = kernelbench_dir(shared, 1)
     return [Problem(os.path.join(base, f), expr, params) for f, expr, params in _ACTIVATIONS]
 
 
@@ -190,26 +187,23 @@ def _model_new(problem, load_call):
 
 def variants(backend):
     if backend == "cpu":
-        return [(v + (staged,), "-O3") for staged in (False, True) for v in _CPU_VARIANTS]
-    return [(v, "-O3") for v in _CUDA_VARIANTS]
+        return [v + (staged,) for staged in (False, True) for v in _CPU_VARIANTS]
+    return list(_CUDA_VARIANTS)
 
 
 def candidate_source(problem, backend, index):
     """The index-th variant of problem for backend: (python source, C++/CUDA source, description)."""
-    variant, opt = variants(backend)[index]
+    variant = variants(backend)[index]
     ext_name = "kbench_%s_%s_%d" % (backend, problem.slug, index)
     if backend == "cpu":
         code = cpu_source(problem, variant)
-        load = ('_source = r"""\n%s"""\n\n_ext = load_inline(\n    name="%s",\n    cpp_sources=_source,\n'
-                '    functions=["run_%s"],\n    extra_cflags=["%s"],\n)' % (code, ext_name, problem.slug, opt))
+        decl = None
         what = "cpu %s unroll=%d chunk=%d staged=%s" % variant
     else:
         code = cuda_source(problem, variant)
         decl = "torch::Tensor run_%s(torch::Tensor x%s);" % (problem.slug, _cpp_params(problem))
-        load = ('_cuda_source = r"""\n%s"""\n\n_ext = load_inline(\n    name="%s",\n'
-                '    cpp_sources="%s",\n    cuda_sources=_cuda_source,\n    functions=["run_%s"],\n'
-                '    extra_cuda_cflags=["%s"],\n)' % (code, ext_name, decl, problem.slug, opt))
         what = "cuda %s block=%d ept=%d" % variant
+    load = load_inline_block(backend, code, ext_name, "run_" + problem.slug, decl)
     return _model_new(problem, load), code, what
 
 

@@ -7,6 +7,9 @@ the same values; forward never calls it.
 Variants differ in the code the compiler sees: loop order and blocking, the
 number of partial sums of the dot product, float or double accumulation (C++),
 the thread-block shape (CUDA).
+
+Also the helpers both generators share (slug, kernelbench_dir, load_inline_block);
+kbox_bench_candidates imports this module, so they live here.
 """
 import itertools
 import os
@@ -40,17 +43,39 @@ _CUDA_VARIANTS = list(itertools.product(((32, 4), (32, 8), (16, 16), (64, 4), (1
                                         (1, 2, 4, 8)))
 
 
+def slug(name):
+    """A problem file's name as a C++ identifier part: 19_ReLU -> 19_relu."""
+    return re.sub(r"[^0-9a-zA-Z]+", "_", name).strip("_").lower()
+
+
+def kernelbench_dir(shared, level=None):
+    """<shared>/datasets/kernelbench, or its levelN directory."""
+    base = os.path.join(shared, "datasets", "kernelbench")
+    return base if level is None else os.path.join(base, "level%d" % level)
+
+
+def load_inline_block(backend, code, ext_name, function, decl):
+    """The candidate's module-level build of `code`: C++ for cpu (cpp_sources),
+    CUDA for cuda (cuda_sources, with `decl` as the C++ declaration); -O3."""
+    if backend == "cpu":
+        return ('_source = r"""\n%s"""\n\n_ext = load_inline(\n    name="%s",\n    cpp_sources=_source,\n'
+                '    functions=["%s"],\n    extra_cflags=["-O3"],\n)' % (code, ext_name, function))
+    return ('_cuda_source = r"""\n%s"""\n\n_ext = load_inline(\n    name="%s",\n'
+            '    cpp_sources="%s",\n    cuda_sources=_cuda_source,\n    functions=["%s"],\n'
+            '    extra_cuda_cflags=["-O3"],\n)' % (code, ext_name, decl, function))
+
+
 class LinearProblem(object):
     def __init__(self, path, init, init_lines, weight, bias, scalars, epilogue):
         self.path = path
         self.name = os.path.splitext(os.path.basename(path))[0]
-        self.slug = re.sub(r"[^0-9a-zA-Z]+", "_", self.name).strip("_").lower()
+        self.slug = slug(self.name)
         self.init, self.init_lines = init, init_lines
         self.weight, self.bias, self.scalars, self.epilogue = weight, bias, scalars, epilogue
 
 
 def problems(shared):
-    base = os.path.join(shared, "datasets", "kernelbench", "level2")
+    base = kernelbench_dir(shared, 2)
     return [LinearProblem(os.path.join(base, spec[0]), *spec[1:]) for spec in _LINEAR]
 
 
@@ -151,15 +176,11 @@ def candidate_source(problem, backend, index):
         problem.slug, "".join(", double %s" % s for s in problem.scalars))
     if backend == "cpu":
         code = cpu_source(problem, variant)
-        load = ('_source = r"""\n%s"""\n\n_ext = load_inline(\n    name="%s",\n    cpp_sources=_source,\n'
-                '    functions=["run_%s"],\n    extra_cflags=["-O3"],\n)' % (code, ext_name, problem.slug))
         what = "cpu %s block=%d unroll=%d acc=%s" % (variant[0] + variant[1:])
     else:
         code = cuda_source(problem, variant)
-        load = ('_cuda_source = r"""\n%s"""\n\n_ext = load_inline(\n    name="%s",\n'
-                '    cpp_sources="%s",\n    cuda_sources=_cuda_source,\n    functions=["run_%s"],\n'
-                '    extra_cuda_cflags=["-O3"],\n)' % (code, ext_name, decl, problem.slug))
         what = "cuda block=%dx%d unroll=%d" % (variant[0] + variant[1:])
+    load = load_inline_block(backend, code, ext_name, "run_" + problem.slug, decl)
     init = "".join(", " + p for p in problem.init)
     fwd = "".join(", float(self.%s)" % s for s in problem.scalars)
     source = ('"""Candidate for KernelBench level2/%s: the linear layer and its epilogue in one kernel."""\n'

@@ -37,14 +37,6 @@ bool MakePipe(Fd& read_end, Fd& write_end) {
   return read_end.get() >= 0 && write_end.get() >= 0;
 }
 
-std::vector<char*> CStrings(const std::vector<std::string>& strings) {
-  std::vector<char*> out;
-  out.reserve(strings.size() + 1);
-  for (const auto& s : strings) out.push_back(const_cast<char*>(s.c_str()));
-  out.push_back(nullptr);
-  return out;
-}
-
 double MsSince(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
@@ -71,13 +63,7 @@ double MsSince(Clock::time_point start) {
   exec_error_w = kExecErrorFd;
   // Nothing of kboxd's (sockets, other jobs' pipes) reaches the child.
   ::close_range(static_cast<unsigned>(kExecErrorFd + 1), ~0U, 0);
-  // Restore what kboxd may have changed for itself.
-  struct sigaction dfl {};
-  dfl.sa_handler = SIG_DFL;
-  for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGCHLD}) ::sigaction(sig, &dfl, nullptr);
-  sigset_t none;
-  sigemptyset(&none);
-  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  RestoreSignalsForExec();  // what kboxd may have changed for itself
   if (::chdir(spec.cwd.c_str()) != 0) ExecFailed(exec_error_w);
   ::execve(argv[0], argv, envp);
   ExecFailed(exec_error_w);

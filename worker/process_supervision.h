@@ -8,6 +8,8 @@
 
 #include <chrono>
 #include <functional>
+#include <string>
+#include <vector>
 
 #include "worker/process_runner.h"
 #include "worker/unique_fd.h"
@@ -37,5 +39,12 @@ void SuperviseProcess(const ProcessSpec& spec, std::chrono::steady_clock::time_p
 
 // Fills exit_code/term_signal and out.end (when unset) from a wait status.
 void RecordWaitStatus(int status, ProcessOutcome& out);
+
+// argv/envp for execve: pointers into `strings`, null-terminated.
+std::vector<char*> CStrings(const std::vector<std::string>& strings);
+
+// Between fork and exec (async-signal-safe): default dispositions for the
+// signals kboxd handles or ignores for itself, and an empty signal mask.
+void RestoreSignalsForExec();
 
 }  // namespace kbox

@@ -119,9 +119,6 @@ class StageRunner {
   // on; needs the sandbox. `enter_library` is libkbox_sandbox_enter.so.
   // Compile stages, and run stages without a run_slot, stay fork+exec.
   void EnablePrefork(const std::string& enter_library);
-  bool prefork_enabled() const { return zygotes_ != nullptr; }
-  // The zygote of `slot` (prefork enabled only; for tests).
-  Zygote& ZygoteFor(const std::string& slot) const { return zygotes_->For(slot); }
   // The environment a zygote starts with: the stage's clean environment,
   // one thread for every library that would start a pool at import, and no
   // GPU; nothing of any job.

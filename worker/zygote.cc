@@ -5,7 +5,6 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +13,7 @@
 #include <cstring>
 
 #include "worker/process_supervision.h"
+#include "worker/sandbox/fd_passing.h"
 
 namespace kbox {
 namespace {
@@ -25,13 +25,6 @@ constexpr int kZygoteSocketFd = 3;  // Where the zygote finds its end of the soc
 constexpr auto kForkReplyTimeout = std::chrono::milliseconds(30'000);
 constexpr size_t kMaxMessage = 4096;
 
-std::vector<char*> CStrings(const std::vector<std::string>& strings) {
-  std::vector<char*> out;
-  for (const auto& s : strings) out.push_back(const_cast<char*>(s.c_str()));
-  out.push_back(nullptr);
-  return out;
-}
-
 // Between fork and exec: async-signal-safe calls only.
 [[noreturn]] void ExecZygote(char* const* argv, char* const* envp, int socket_fd, pid_t parent) {
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != parent) ::_exit(127);
@@ -39,12 +32,7 @@ std::vector<char*> CStrings(const std::vector<std::string>& strings) {
   // stdout/stderr stay kboxd's: the zygote's own messages go to kboxd's log.
   if (devnull < 0 || ::dup2(devnull, 0) < 0 || ::dup2(socket_fd, kZygoteSocketFd) < 0) ::_exit(127);
   ::close_range(kZygoteSocketFd + 1, ~0U, 0);
-  struct sigaction dfl {};
-  dfl.sa_handler = SIG_DFL;
-  for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGCHLD}) ::sigaction(sig, &dfl, nullptr);
-  sigset_t none;
-  sigemptyset(&none);
-  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  RestoreSignalsForExec();
   if (::chdir("/") != 0) ::_exit(127);
   ::execve(argv[0], argv, envp);
   ::_exit(127);
@@ -95,7 +83,12 @@ std::optional<std::string> Zygote::StartLocked() {
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) {
     return std::string("socketpair: ") + std::strerror(errno);
   }
-  Fd ours(pair[0]), theirs(pair[1]);
+  // Their end above fd 3, so the child's dup2 onto 3 always makes a copy
+  // without close-on-exec (it would be a no-op if the end were fd 3 itself).
+  Fd ours(pair[0]), spare(pair[1]);
+  Fd theirs(::fcntl(spare.get(), F_DUPFD_CLOEXEC, kZygoteSocketFd + 1));
+  spare.reset();
+  if (theirs.get() < 0) return std::string("fcntl: ") + std::strerror(errno);
   const std::vector<std::string> args = {settings_.python, "-s", "-B", settings_.script,
                                          "--socket-fd", std::to_string(kZygoteSocketFd),
                                          "--enter-lib", settings_.enter_library};
@@ -111,7 +104,7 @@ std::optional<std::string> Zygote::StartLocked() {
   const auto ready = Receive(settings_.start_timeout);
   if (!ready || !ready->starts_with("ready ")) {
     StopLocked();
-    start_error_ = "the zygote did not report ready within " +
+    start_error_ = "the zygote exited or did not report ready within " +
                    std::to_string(settings_.start_timeout.count()) +
                    " ms (its stderr is in kboxd's log)";
     start_failed_at_ = Clock::now();
@@ -136,23 +129,6 @@ std::optional<std::string> Zygote::Receive(std::chrono::milliseconds timeout) {
   const ssize_t got = ::recv(socket_.get(), buffer, sizeof buffer, MSG_DONTWAIT);
   if (got <= 0) return std::nullopt;
   return std::string(buffer, static_cast<size_t>(got));
-}
-
-bool Zygote::SendRequest(const std::string& message, int output_w, int result_w) {
-  iovec iov{const_cast<char*>(message.data()), message.size()};
-  alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
-  cmsg->cmsg_level = SOL_SOCKET;
-  cmsg->cmsg_type = SCM_RIGHTS;
-  cmsg->cmsg_len = CMSG_LEN(2 * sizeof(int));
-  const int fds[2] = {output_w, result_w};
-  std::memcpy(CMSG_DATA(cmsg), fds, sizeof fds);
-  return ::sendmsg(socket_.get(), &msg, MSG_NOSIGNAL) == static_cast<ssize_t>(message.size());
 }
 
 bool Zygote::ReadExit(pid_t child, ProcessOutcome& out) {
@@ -188,7 +164,8 @@ std::optional<ProcessOutcome> Zygote::Run(const std::string& sandbox_spec,
   }
   Fd result_r(result[0]), result_w(result[1]);
   const std::string request = "fork " + sandbox_spec;
-  const bool sent = SendRequest(request, output_w.get(), result_w.get());
+  const int fds[] = {output_w.get(), result_w.get()};
+  const bool sent = sandbox::SendFds(socket_.get(), fds, request);
   output_w.reset();
   result_w.reset();
   const auto reply = sent ? Receive(kForkReplyTimeout) : std::nullopt;
@@ -202,8 +179,8 @@ std::optional<ProcessOutcome> Zygote::Run(const std::string& sandbox_spec,
   const pid_t group = static_cast<pid_t>(child);
   last_child_ = group;
   bool zygote_failed = false;
-  // The child called setsid(): its pid is the job's process group, which the
-  // sandbox's launcher, init and program all belong to.
+  // The child's pid is the job's process group (the zygote set it before
+  // answering), which the sandbox's launcher, init and program all belong to.
   const MainProcess main{.ended_fd = socket_.get(),
                          .reap = [&](ProcessOutcome& o) {
                            if (!ReadExit(group, o)) zygote_failed = true;

@@ -61,7 +61,6 @@ class Zygote {
   void StopLocked();
   // Receives one protocol message within `timeout`; nullopt on EOF, error or timeout.
   std::optional<std::string> Receive(std::chrono::milliseconds timeout);
-  bool SendRequest(const std::string& message, int output_w, int result_w);
   // Reads "exit PID STATUS CPU_MS" for `child` into `out`; false if the zygote failed.
   bool ReadExit(pid_t child, ProcessOutcome& out);
 
@@ -78,7 +77,7 @@ class Zygote {
 
 inline constexpr std::chrono::seconds kStartRetryDelay{60};
 
-// One zygote per device slot, started on first use (or by Prestart).
+// One zygote per device slot, started on first use.
 class ZygotePool {
  public:
   explicit ZygotePool(ZygoteSettings settings) : settings_(std::move(settings)) {}

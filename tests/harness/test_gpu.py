@@ -8,6 +8,10 @@ import torch
 import seccomp_bpf
 from test_stages import Job, _check, marker_line
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "worker", "harness"))
+from kbox_harness import timing  # noqa: E402
+
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
@@ -108,10 +112,6 @@ def test_triton_run_under_strict_filter(tmp_path):
 def test_side_stream_work_is_counted_by_the_clock():
     # A matmul left on a side stream after the current stream's end event:
     # the device-wide figure counts it; an honest call is timed by its events.
-    import sys
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__)))), "worker", "harness"))
-    from kbox_harness import timing
     device = torch.device("cuda:0")
     a = torch.randn(4096, 4096, device=device)
     side = torch.cuda.Stream()
@@ -154,9 +154,6 @@ def test_outrun_cover_is_detected():
     # A call whose host work (2 ms of Python before its kernel) outlasts a
     # 0.1 ms cover is marked outran; under a 10 ms cover it is not.
     import time as _time
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__)))), "worker", "harness"))
-    from kbox_harness import timing
     device = torch.device("cuda:0")
     x = torch.randn(1 << 20, device=device)
 

@@ -5,12 +5,10 @@ Each test then waits on the future of its own job (JobBoard.result).
 """
 import concurrent.futures
 import os
-import queue
 import shutil
 import signal
 import subprocess
 import tempfile
-import threading
 import time
 
 import pytest
@@ -59,33 +57,6 @@ class Daemon(object):
             return "<cannot read kboxd stderr: %s>" % e
 
 
-def _read_ready_line(proc, timeout):
-    lines = queue.Queue()
-
-    def reader():
-        for line in iter(proc.stdout.readline, b""):
-            lines.put(line)
-        lines.put(None)
-
-    threading.Thread(target=reader, daemon=True).start()
-    deadline = time.monotonic() + timeout
-    seen = []
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return None, seen
-        try:
-            line = lines.get(timeout=left)
-        except queue.Empty:
-            return None, seen
-        if line is None:
-            return None, seen
-        text = line.decode("utf-8", "replace").strip()
-        seen.append(text)
-        if " listening on http://" in text:
-            return text, seen
-
-
 @pytest.fixture(scope="session")
 def daemon():
     kboxd = os.path.join(it.bin_dir(), "kboxd")
@@ -109,7 +80,7 @@ def daemon():
              "--config", config],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err)
     d = Daemon(proc, None, None, work_dir, stderr_path)
-    line, seen = _read_ready_line(proc, START_TIMEOUT_S)
+    line, seen = it.read_ready_line(proc, START_TIMEOUT_S)
     if line is None:
         exited = proc.poll() is not None
         if not exited:

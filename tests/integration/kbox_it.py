@@ -6,6 +6,7 @@ Paths:
                    corpus is read from its corpus/ folder and never copied.
 """
 import glob
+import queue
 import shutil
 import socket
 import threading
@@ -271,3 +272,33 @@ def describe(result):
     """Compact text of an EvaluateResult dict for assertion messages."""
     keep = {k: v for k, v in result.items() if k != "fingerprint"}
     return json.dumps(keep, indent=1)[:6000]
+
+
+def read_ready_line(proc, timeout):
+    """kboxd's "listening on" line from proc's stdout within timeout seconds
+    (a reader thread: readline alone would block past it), and the lines
+    seen; (None, seen) when it exited or the time ran out."""
+    lines = queue.Queue()
+
+    def reader():
+        for line in iter(proc.stdout.readline, b""):
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=reader, daemon=True).start()
+    deadline = time.monotonic() + timeout
+    seen = []
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None, seen
+        try:
+            line = lines.get(timeout=left)
+        except queue.Empty:
+            return None, seen
+        if line is None:
+            return None, seen
+        text = line.decode("utf-8", "replace").strip()
+        seen.append(text)
+        if " listening on http://" in text:
+            return text, seen

@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 
 import pytest
 
@@ -53,15 +52,8 @@ class Kboxd(object):
                 [os.path.join(it.bin_dir(), "kboxd"), "--listen", "127.0.0.1:0",
                  "--work-dir", os.path.join(self.work_dir, "work"), "--config", config] + flags,
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        self.port = None
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline().decode("utf-8", "replace")
-            if not line:
-                break
-            if " listening on http://" in line:
-                self.port = int(line.strip().rsplit(":", 1)[1])
-                break
+        line, _ = it.read_ready_line(self.proc, START_TIMEOUT_S)
+        self.port = int(line.rsplit(":", 1)[1]) if line else None
         if self.port is None:
             self.stop()
             pytest.fail("kboxd did not start:\n" + self.stderr(), pytrace=False)
@@ -169,7 +161,7 @@ def test_escape_gets_its_expected_result_through_the_zygote(runs, case):
             it.describe(r)
 
 
-def test_run_stage_start_up_is_faster_with_prefork(runs):
+def test_prints_run_stage_figures_against_fork_exec(runs):
     pre = runs["example_prefork"]
     ex = runs["example_exec"]
     assert ex["status"] == "CORRECT", it.describe(ex)

@@ -106,7 +106,9 @@ def _child(lib, libc, zygote, spec_path, output_w, result_w, sock, stage_threads
     """In the fresh child: take the job's descriptors and environment, enter
     the sandbox, run the stage. Never returns."""
     try:
-        os.setsid()  # Its own process group: kboxd kills the job's group.
+        # Its own process group, which kboxd kills; the zygote sets it too,
+        # before it tells kboxd the pid, so that kill can never miss it.
+        os.setpgid(0, 0)
         _die_with_parent(libc)
         if os.getppid() != zygote:
             os._exit(_SETUP_FAILED)  # The zygote died before PDEATHSIG took hold.
@@ -133,10 +135,10 @@ def _child(lib, libc, zygote, spec_path, output_w, result_w, sock, stage_threads
             os.write(2, b"kbox-sandbox: " + err.value + b"\n")
             os._exit(_SETUP_FAILED)
         # The sandboxed program process from here on. OMP_NUM_THREADS=1 only
-        # kept the zygote single-threaded; the stage gets torch's usual
-        # default unless its own environment says otherwise.
-        if not any(name in os.environ for name in _THREAD_VARIABLES):
-            torch.set_num_threads(stage_threads)
+        # kept the zygote single-threaded; the stage gets torch's usual default
+        # (libgomp read the variable once, at the zygote's import, so the
+        # spec's environment could not change it anyway).
+        torch.set_num_threads(stage_threads)
         sys.argv = [_STAGE_SCRIPT] + args
         stage.main(args)  # Ends with os._exit(0) after its report.
     except BaseException:
@@ -160,6 +162,10 @@ def _serve_one(lib, libc, sock, message, fds, stage_threads):
     pid = os.fork()
     if pid == 0:
         _child(lib, libc, zygote, spec_path, output_w, result_w, sock, stage_threads)
+    try:
+        os.setpgid(pid, pid)
+    except OSError:
+        pass  # The child has died already.
     os.close(output_w)
     os.close(result_w)
     sock.send(b"pid %d" % pid)

@@ -7,21 +7,22 @@
 
 namespace kbox::sandbox {
 
-bool SendFd(int sock, int fd) {
-  char byte = 'L';
-  iovec iov{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+bool SendFds(int sock, std::span<const int> fds, std::string_view payload) {
+  constexpr size_t kMaxFds = 4;
+  if (fds.empty() || fds.size() > kMaxFds || payload.empty()) return false;
+  iovec iov{const_cast<char*>(payload.data()), payload.size()};
+  alignas(cmsghdr) char control[CMSG_SPACE(kMaxFds * sizeof(int))] = {};
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
   msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
+  msg.msg_controllen = CMSG_SPACE(fds.size() * sizeof(int));
   cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
   cmsg->cmsg_level = SOL_SOCKET;
   cmsg->cmsg_type = SCM_RIGHTS;
-  cmsg->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(cmsg), &fd, sizeof fd);
-  return ::sendmsg(sock, &msg, 0) == 1;
+  cmsg->cmsg_len = CMSG_LEN(fds.size() * sizeof(int));
+  std::memcpy(CMSG_DATA(cmsg), fds.data(), fds.size() * sizeof(int));
+  return ::sendmsg(sock, &msg, MSG_NOSIGNAL) == static_cast<ssize_t>(payload.size());
 }
 
 int ReceiveFd(int sock) {

@@ -130,6 +130,14 @@ void RunInit(Context& ctx) {
     ::close(sigfd);
     return;
   }
+  if (ctx.mode == EntryMode::kReturn) {
+    // Init is a copy of its caller, the zygote's child, with CPython's
+    // handlers (SIGINT) and ignored signals. As pid 1 it must have no
+    // handler a process inside could trigger, like kbox-sandbox's init.
+    for (int sig = 1; sig < NSIG; ++sig) {
+      if (sig != SIGCHLD && sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
+    }
+  }
   ::close(ctx.listener_socket[1]);
   int socket_fd = ctx.listener_socket[0];
   int listener = -1;

@@ -150,10 +150,10 @@ class TimingRounds(object):
         return [self._empty_round(clock, k % pool_size) for k in range(_OVERHEAD_CALLS)]
 
     def _empty_round(self, clock, k):
+        """The outside clock's milliseconds for one round with empty calls."""
         clock.time(lambda: None)
         self.ask({"op": "prep", "pool": k, "scale": 0.0, "shift": 1}, HARNESS)
-        reply, ms = self.ask_timed({"op": "time", "empty": True})
-        return ms
+        return self.ask_timed({"op": "time", "empty": True})[1]
 
     @staticmethod
     def _no_grad(model, x):

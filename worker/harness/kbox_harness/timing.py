@@ -147,12 +147,12 @@ class Clock(object):
         _cuda_sync(self.device)
         self.flush()
         covered = cover and self.cover_ms > 0
-        pre = _CudaEvent(enable_timing=True)
+        pre = _CudaEvent(enable_timing=True) if covered else None
         start = _CudaEvent(enable_timing=True)
         end = _CudaEvent(enable_timing=True)
         after = _CudaEvent(enable_timing=True)
-        t_pre = _perf_counter()
         if covered:
+            t_pre = _perf_counter()
             _event_record(pre)
             _sleep(int((self.cover_ms + self._wait_ms) * self._cycles_per_ms))
         _event_record(start)
@@ -247,10 +247,6 @@ def _percentile(s, q):
     lo = int(math.floor(pos))
     hi = min(lo + 1, len(s) - 1)
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
-
-
-def median(times):
-    return _percentile(sorted(times), 0.5)
 
 
 def median_ci(times):

@@ -1,0 +1,92 @@
+"""The summary arithmetic of scripts/kbox-bench on synthetic records (stdlib
+only, nothing started, milliseconds): the busy window, which jobs the rates
+count, n/a without evaluated jobs, and when the baseline ratio is withheld."""
+import argparse
+import contextlib
+import io
+import os
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "scripts"))
+import kbox_bench as bench  # noqa: E402
+
+ARGS = argparse.Namespace(backend="cpu", concurrency=4, baseline_jobs=2)
+INFO = {"cpu_run_slots": 1, "compile_workers": 2, "gpus": [{"name": "ignored on cpu"}]}
+
+
+def record(job_id, submitted, done, run_ms, status="CORRECT", again=False, **durations):
+    d = {"static_ms": 0.1, "compile_ms": 1000.0, "queue_wait_ms": 0.0, "run_ms": run_ms,
+         "total_ms": (done - submitted) * 1000}
+    d.update(durations)
+    return {"id": job_id, "resubmission": again, "submitted": submitted, "done": done,
+            "result": {"status": status, "rewardable": status == "CORRECT", "durations": d}}
+
+
+def client_error(job_id):
+    return {"id": job_id, "resubmission": False, "submitted": 0, "done": 0,
+            "result": {"status": "CLIENT_ERROR", "message": "ConnectionRefusedError()"}}
+
+
+def summarise(records, baseline=(), asked=0, info=INFO, args=ARGS):
+    return bench.summarise(args, info, records, {}, list(baseline), "full size", asked)
+
+
+def test_busy_window_starts_at_the_first_run():
+    # Submitted at 0; the compile takes until 30; the runs cover 30-40 and 40-50.
+    recs = [record("a", 0.0, 40.0, 10000.0), record("b", 0.0, 50.0, 10000.0)]
+    wall, busy_window = bench.windows(recs)
+    assert wall == 50.0 and busy_window == 20.0
+    s = summarise(recs)
+    assert s["busy_fraction"] == 1.0  # 20 s of runs over 20 s, not over the 50 s wall
+    assert s["gpus"] == 0 and s["busy_slots"] == 1  # cpu backend: run slots, not info["gpus"]
+
+
+def test_client_errors_are_not_counted_per_hour():
+    recs = [record("a", 0.0, 36.0, 1000.0), client_error("b"), client_error("c")]
+    s = summarise(recs)
+    assert s["evaluated"] == 1 and s["jobs"] == 3
+    assert abs(s["evals_per_hour"] - 100.0) < 1e-9 and abs(s["distinct_per_hour"] - 100.0) < 1e-9
+    assert [row[1] for row in s["not_correct"]] == ["CLIENT_ERROR", "CLIENT_ERROR"]
+
+
+def test_no_evaluated_job_prints_na():
+    s = summarise([client_error("a")], baseline=[{"id": "a", "correct": True, "compile_s": 1.0,
+                                                   "total_s": 2.0, "candidate_ms": 0.1,
+                                                   "reference_ms": 0.1}], asked=1)
+    assert s["evals_per_hour"] is None and s["busy_fraction"] is None and "ratio" not in s
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        bench.print_summary(s)
+    assert "evaluations per hour (all) n/a; distinct per hour n/a" in out.getvalue()
+    assert "no ratio" in out.getvalue()
+
+
+def test_phase_percentiles_count_only_jobs_that_reached_the_phase():
+    static_reject = record("r", 0.0, 1.0, 0.0, status="REJECTED", compile_ms=0.0)
+    static_reject["result"]["verdicts"] = [{"phase": "PHASE_STATIC", "severity": "REJECT"}]
+    compile_error = record("c", 0.0, 5.0, 0.0, status="COMPILE_ERROR", compile_ms=5000.0)
+    ok = record("a", 0.0, 10.0, 3000.0, compile_ms=7000.0)
+    table = bench.phase_table([static_reject, compile_error, ok])
+    assert table["compile_ms"] == (5000.0, 7000.0)  # not 0 for the rejected one
+    assert table["run_ms"] == (3000.0, 3000.0)
+    assert table["static_ms"] == (0.1, 0.1)
+
+
+def test_ratio_withheld_when_the_baseline_is_incomplete():
+    recs = [record("a", 0.0, 36.0, 1000.0), record("b", 0.0, 36.0, 1000.0)]
+    one = {"id": "a", "correct": True, "compile_s": 17.0, "total_s": 18.0, "candidate_ms": 0.1,
+           "reference_ms": 0.1}
+    s = summarise(recs, baseline=[one], asked=2)
+    assert "ratio" not in s and "1 of 2" in s["ratio_withheld"]
+    wrong = dict(one, id="b", correct=False, error="RuntimeError: build failed")
+    s = summarise(recs, baseline=[one, wrong], asked=2)
+    assert "ratio" not in s and "b" in s["ratio_withheld"]
+    s = summarise(recs, baseline=[one, dict(one, id="b")], asked=2)
+    assert abs(s["ratio"] - 200.0 / (3600.0 / 18.0)) < 1e-9
+
+
+def test_baseline_sample_spreads_over_the_jobs():
+    assert bench.baseline_sample(list(range(10)), 3) == [0, 3, 6]
+    assert bench.baseline_sample(list(range(2)), 3) == [0, 1]
+    assert bench.baseline_sample(list(range(5)), 0) == []
