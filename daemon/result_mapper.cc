@@ -273,15 +273,19 @@ void ApplyRunStage(const StageOutcome& s, EvaluateResult& r) {
   if (r.status() == v1::CORRECT && rep.has_candidate_timing() && rep.has_reference_timing()) {
     *r.mutable_candidate_timing() = rep.candidate_timing();
     *r.mutable_reference_timing() = rep.reference_timing();
-    const double cand = rep.candidate_timing().median_ms();
-    if (cand > 0) r.set_speedup(rep.reference_timing().median_ms() / cand);
+    // From the lower quartiles (the harness's timing.SPEEDUP_QUANTILE: what
+    // disturbs a timed call only adds time); never from a figure missing on
+    // either side.
     const v1::Timing& ct = rep.candidate_timing();
     const v1::Timing& rt = rep.reference_timing();
-    if (ct.median_ci_high_ms() > 0 && ct.median_ci_low_ms() > 0) {
-      r.set_speedup_ci_low(rt.median_ci_low_ms() / ct.median_ci_high_ms());
-      r.set_speedup_ci_high(rt.median_ci_high_ms() / ct.median_ci_low_ms());
+    if (ct.lower_quartile_ms() > 0 && rt.lower_quartile_ms() > 0) {
+      r.set_speedup(rt.lower_quartile_ms() / ct.lower_quartile_ms());
     }
-    // The floor only means something next to the candidate's median.
+    if (ct.lower_quartile_ci_high_ms() > 0 && ct.lower_quartile_ci_low_ms() > 0) {
+      r.set_speedup_ci_low(rt.lower_quartile_ci_low_ms() / ct.lower_quartile_ci_high_ms());
+      r.set_speedup_ci_high(rt.lower_quartile_ci_high_ms() / ct.lower_quartile_ci_low_ms());
+    }
+    // The floor only means something next to the candidate's timing.
     const double floor_ms = rep.physical_floor_ms();
     if (std::isfinite(floor_ms) && floor_ms > 0) r.set_physical_floor_ms(floor_ms);
   }

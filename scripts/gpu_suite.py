@@ -32,11 +32,11 @@ GPU_CASES = os.path.join(REPO, "tests", "gpu", "cases")
 FEW_SHOT = ["add", "fuse_gelu", "tiled_matmul", "mnist2", "flash_attn"]
 
 
-def start_daemon(work_dir, python, stderr=None):
+def start_daemon(work_dir, python, stderr=None, extra_args=()):
     """Starts kboxd; returns (process, URL). stderr: where kboxd's log goes
-    (default this process's stderr)."""
+    (default this process's stderr); extra_args: more kboxd flags."""
     cmd = [os.path.join(REPO, "build", "bin", "kboxd"), "--listen", "127.0.0.1:0",
-           "--work-dir", work_dir, "--python", python]
+           "--work-dir", work_dir, "--python", python] + list(extra_args)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=sys.stderr if stderr is None else stderr,
                             text=True)
     line = proc.stdout.readline()
@@ -191,10 +191,12 @@ def main():
     parser.add_argument("--repeat", type=int, default=0,
                         help="instead of the suite: evaluate each few-shot pair N times and print "
                              "the coefficient of variation of its speedup")
+    parser.add_argument("--kboxd-arg", action="append", default=[],
+                        help="a flag for kboxd (repeatable), e.g. --kboxd-arg=--preforked-run-stage")
     args = parser.parse_args()
 
     work_dir = "/tmp/kbox-gpu-suite-%d" % os.getpid()
-    daemon, server = start_daemon(work_dir, args.python)
+    daemon, server = start_daemon(work_dir, args.python, extra_args=args.kboxd_arg)
     print("kboxd at %s; info: %s" % (server, urllib.request.urlopen(server + "/v1/info").read().decode().strip()))
     cases, add_ref, add_cand = build_cases(args.shared)
     if args.repeat:

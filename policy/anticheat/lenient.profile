@@ -5,7 +5,7 @@
 # candidate must still run a kernel of its own.
 extends strict                     # every rule not named here keeps its strict severity
 cpp.aten-compute               suspicious # the extension must compute, not call ATen's kernels (H1)
-cpp.graph-capture              suspicious # replayed graphs hide the launch cost the reference pays (H22)
+cpp.graph-capture              suspicious # a replayed graph runs what was recorded, whatever the input (H22)
 cpp.precision-downgrade        suspicious # an fp32 task computed in half precision (H15)
 cpp.side-stream                suspicious # work off the current stream escapes stream-ordered timing (H7)
 cpp.static-cache               suspicious # state that outlives a call can replay results (H10)
@@ -13,7 +13,7 @@ cpp.thread                     suspicious # a thread can finish the work after t
 cpp.vendor-library             suspicious # cuBLAS/cuDNN doing the work is a passthrough (H1)
 py.call-counter                suspicious # behaviour keyed on the call count skips timed calls (H11)
 py.forward-stores-state        info       # often a lazily allocated workspace; reported, not rejected
-py.graph-capture               suspicious # capture-and-replay hides launch overhead (H22)
+py.graph-capture               suspicious # a replayed graph runs what was recorded, whatever the input (H22)
 py.library-compute-in-forward  suspicious # torch doing the work is a passthrough (H1)
 py.library-module-in-forward   suspicious # an nn layer doing the work is a passthrough (H1)
 py.matmul-operator             suspicious # a @ b is torch.matmul (H1)

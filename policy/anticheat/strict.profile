@@ -3,7 +3,7 @@
 # It names every rule, so a new rule cannot slip in ungraded (a test checks).
 cpp.aten-compute               reject     # the extension must compute, not call ATen's kernels (H1)
 cpp.dynamic-loading            reject     # code loaded at run time was never checked
-cpp.graph-capture              reject     # replayed graphs hide the launch cost the reference pays (H22)
+cpp.graph-capture              reject     # a replayed graph runs what was recorded, whatever the input (H22)
 cpp.include-path               reject     # compile diagnostics would echo host files (compile-time disclosure)
 cpp.kernel-never-launched      reject     # a kernel that never runs did not earn the reward (H2)
 cpp.precision-downgrade        reject     # an fp32 task computed in half precision (H15)
@@ -23,7 +23,7 @@ py.evaluator-access            reject     # frame walking and interpreter state 
 py.file-io                     reject     # files can hold precomputed answers or leak data (H25)
 py.forward-skips-kernel        reject     # a kernel compiled but never used is a decoy (H2)
 py.forward-stores-state        suspicious # often a lazily allocated workspace; reported, not rejected
-py.graph-capture               reject     # capture-and-replay hides launch overhead (H22)
+py.graph-capture               reject     # a replayed graph runs what was recorded, whatever the input (H22)
 py.identity-key                reject     # object identity keys replay caches (H10)
 py.library-compute-in-forward  reject     # torch doing the work is a passthrough (H1)
 py.library-module-in-forward   reject     # an nn layer doing the work is a passthrough (H1)

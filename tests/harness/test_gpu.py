@@ -37,6 +37,9 @@ def test_cuda_load_inline_compile_then_run(tmp_path):
     assert fp["cuda_version"] and fp["driver_version"]
     assert report["candidate_timing"]["method"] == "covered_cuda_event+device_sync"
     assert report["candidate_timing"]["median_ms"] > 0
+    # The trusted reference's timed calls replay a CUDA graph (reference_graph).
+    assert report["reference_timing"]["method"] == "cuda_graph_replay+covered_cuda_event+device_sync"
+    assert "reference_capture" in report["phase_ms"]
     assert report["phase_ms"]["import_candidate"] < 10000  # loaded, not rebuilt
 
 

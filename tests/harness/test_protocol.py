@@ -63,7 +63,10 @@ def test_timing_stats():
     assert s == {"mean_ms": 2.5, "median_ms": 2.5, "std_ms": (1.25) ** 0.5, "min_ms": 1.0,
                  "max_ms": 4.0, "count": 4, "method": "perf_counter", "iqr_ms": 1.5,
                  # Fewer than 6 samples: the interval is the whole range.
-                 "median_ci_low_ms": 1.0, "median_ci_high_ms": 4.0}
+                 "median_ci_low_ms": 1.0, "median_ci_high_ms": 4.0,
+                 # The lower quartile: what speedup is computed from.
+                 "lower_quartile_ms": 1.75, "lower_quartile_ci_low_ms": 1.0,
+                 "lower_quartile_ci_high_ms": 4.0}
     assert timing.stats([5.0], "x")["median_ms"] == 5.0
 
 

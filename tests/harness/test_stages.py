@@ -195,6 +195,9 @@ def test_honest_run_ok_with_timings(honest_job):
         assert 5 <= timing["count"] <= 50 and timing["method"] == "perf_counter"
         assert 0 < timing["min_ms"] <= timing["median_ms"] <= timing["max_ms"]
         assert timing["median_ci_low_ms"] <= timing["median_ms"] <= timing["median_ci_high_ms"]
+        assert timing["min_ms"] <= timing["lower_quartile_ms"] <= timing["median_ms"]
+        assert (timing["lower_quartile_ci_low_ms"] <= timing["lower_quartile_ms"]
+                <= timing["lower_quartile_ci_high_ms"])
     assert "verdicts" not in report  # An honest candidate gives the dynamic checks nothing.
     assert set(report["phase_ms"]) >= {"fork_candidate", "setup", "import_reference",
                                        "import_candidate", "build_models", "correctness", "timing"}

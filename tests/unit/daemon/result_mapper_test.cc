@@ -45,9 +45,12 @@ StageOutcome CorrectRun(v1::EvaluateResult& r, int trials = 5) {
   return s;
 }
 
-v1::Timing MedianTiming(double median_ms) {
+// A timing whose lower quartile (the figure speedup comes from) is
+// `quartile_ms`, its median 10 % above.
+v1::Timing QuartileTiming(double quartile_ms) {
   v1::Timing t;
-  t.set_median_ms(median_ms);
+  t.set_lower_quartile_ms(quartile_ms);
+  t.set_median_ms(quartile_ms * 1.1);
   t.set_count(20);
   return t;
 }
@@ -244,8 +247,8 @@ TEST(ResultMapperTest, ProtocolErrorAttributedToLastParty) {
 TEST(ResultMapperTest, RunOkIsCorrectWithSpeedup) {
   v1::EvaluateResult r;
   StageOutcome s = CorrectRun(r);
-  *s.report->mutable_candidate_timing() = MedianTiming(2.0);
-  *s.report->mutable_reference_timing() = MedianTiming(5.0);
+  *s.report->mutable_candidate_timing() = QuartileTiming(2.0);
+  *s.report->mutable_reference_timing() = QuartileTiming(5.0);
   s.report->mutable_fingerprint()->set_torch_version("2.5.0");
   r.mutable_fingerprint()->set_hostname("node-1");
   ApplyRunStage(s, r);
@@ -253,10 +256,43 @@ TEST(ResultMapperTest, RunOkIsCorrectWithSpeedup) {
   EXPECT_EQ(r.message(), "correct on 5 trials");
   EXPECT_EQ(r.trials_size(), 5);
   EXPECT_DOUBLE_EQ(r.speedup(), 2.5);
-  EXPECT_DOUBLE_EQ(r.candidate_timing().median_ms(), 2.0);
-  EXPECT_DOUBLE_EQ(r.reference_timing().median_ms(), 5.0);
+  EXPECT_DOUBLE_EQ(r.candidate_timing().lower_quartile_ms(), 2.0);
+  EXPECT_DOUBLE_EQ(r.reference_timing().median_ms(), 5.5);
   EXPECT_EQ(r.fingerprint().torch_version(), "2.5.0");
   EXPECT_EQ(r.fingerprint().hostname(), "node-1");  // Host fields are kboxd's, kept.
+}
+
+// The speedup and its interval come from the lower quartiles, not the
+// medians (timing.SPEEDUP_QUANTILE in the harness).
+TEST(ResultMapperTest, SpeedupIsFromTheLowerQuartiles) {
+  v1::EvaluateResult r;
+  StageOutcome s = CorrectRun(r);
+  v1::Timing cand = QuartileTiming(2.0), ref = QuartileTiming(6.0);
+  cand.set_median_ms(4.0);  // medians would give 1.5x
+  cand.set_lower_quartile_ci_low_ms(1.9);
+  cand.set_lower_quartile_ci_high_ms(2.2);
+  ref.set_lower_quartile_ci_low_ms(5.7);
+  ref.set_lower_quartile_ci_high_ms(6.6);
+  *s.report->mutable_candidate_timing() = cand;
+  *s.report->mutable_reference_timing() = ref;
+  ApplyRunStage(s, r);
+  EXPECT_DOUBLE_EQ(r.speedup(), 3.0);
+  EXPECT_DOUBLE_EQ(r.speedup_ci_low(), 5.7 / 2.2);
+  EXPECT_DOUBLE_EQ(r.speedup_ci_high(), 6.6 / 1.9);
+}
+
+// A report without a lower quartile on one side (a harness that did not
+// time that side) gets no speedup rather than one from another figure.
+TEST(ResultMapperTest, NoSpeedupWithoutBothLowerQuartiles) {
+  v1::EvaluateResult r;
+  StageOutcome s = CorrectRun(r);
+  v1::Timing ref;
+  ref.set_median_ms(5.0);
+  *s.report->mutable_candidate_timing() = QuartileTiming(2.0);
+  *s.report->mutable_reference_timing() = ref;
+  ApplyRunStage(s, r);
+  EXPECT_EQ(r.status(), v1::CORRECT);
+  EXPECT_DOUBLE_EQ(r.speedup(), 0.0);
 }
 
 TEST(ResultMapperTest, RunOkWithoutTimingsHasNoSpeedup) {
@@ -286,9 +322,9 @@ TEST(ResultMapperTest, OkReportWithoutAllTrialsIsNotCorrect) {
 TEST(ResultMapperTest, RunOkCarriesPhysicalFloorAndTimingFields) {
   v1::EvaluateResult r;
   StageOutcome s = CorrectRun(r);
-  *s.report->mutable_candidate_timing() = MedianTiming(2.0);
+  *s.report->mutable_candidate_timing() = QuartileTiming(2.0);
   s.report->mutable_candidate_timing()->set_outside_median_ms(2.1);
-  *s.report->mutable_reference_timing() = MedianTiming(5.0);
+  *s.report->mutable_reference_timing() = QuartileTiming(5.0);
   s.report->mutable_trials(0)->set_distribution("heavy-tailed");
   s.report->set_physical_floor_ms(0.25);
   ApplyRunStage(s, r);
@@ -310,8 +346,8 @@ TEST(ResultMapperTest, PhysicalFloorOnlyBesideATimingAndOnlyWhenSane) {
   {  // Not correct: no timing, no floor.
     StageOutcome s = Reported(v1::StageReport::INCORRECT, "trial 0 differs");
     s.report->add_trials()->set_passed(false);
-    *s.report->mutable_candidate_timing() = MedianTiming(1.0);
-    *s.report->mutable_reference_timing() = MedianTiming(1.0);
+    *s.report->mutable_candidate_timing() = QuartileTiming(1.0);
+    *s.report->mutable_reference_timing() = QuartileTiming(1.0);
     s.report->set_physical_floor_ms(0.25);
     v1::EvaluateResult r;
     ApplyRunStage(s, r);
@@ -321,8 +357,8 @@ TEST(ResultMapperTest, PhysicalFloorOnlyBesideATimingAndOnlyWhenSane) {
   for (double bad : {-1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
     v1::EvaluateResult r;
     StageOutcome s = CorrectRun(r);
-    *s.report->mutable_candidate_timing() = MedianTiming(2.0);
-    *s.report->mutable_reference_timing() = MedianTiming(5.0);
+    *s.report->mutable_candidate_timing() = QuartileTiming(2.0);
+    *s.report->mutable_reference_timing() = QuartileTiming(5.0);
     s.report->set_physical_floor_ms(bad);
     ApplyRunStage(s, r);
     EXPECT_EQ(r.status(), v1::CORRECT);
@@ -333,8 +369,8 @@ TEST(ResultMapperTest, PhysicalFloorOnlyBesideATimingAndOnlyWhenSane) {
 TEST(ResultMapperTest, ZeroCandidateMedianGivesNoSpeedup) {
   v1::EvaluateResult r;
   StageOutcome s = CorrectRun(r);
-  *s.report->mutable_candidate_timing() = MedianTiming(0.0);
-  *s.report->mutable_reference_timing() = MedianTiming(5.0);
+  *s.report->mutable_candidate_timing() = QuartileTiming(0.0);
+  *s.report->mutable_reference_timing() = QuartileTiming(5.0);
   ApplyRunStage(s, r);
   EXPECT_DOUBLE_EQ(r.speedup(), 0.0);
 }
@@ -345,8 +381,8 @@ TEST(ResultMapperTest, IncorrectKeepsTrialsWithoutTiming) {
   auto* failed = s.report->add_trials();
   failed->set_passed(false);
   failed->set_max_abs_diff(0.75);
-  *s.report->mutable_candidate_timing() = MedianTiming(1.0);
-  *s.report->mutable_reference_timing() = MedianTiming(1.0);
+  *s.report->mutable_candidate_timing() = QuartileTiming(1.0);
+  *s.report->mutable_reference_timing() = QuartileTiming(1.0);
   v1::EvaluateResult r;
   ApplyRunStage(s, r);
   EXPECT_EQ(r.status(), v1::INCORRECT);

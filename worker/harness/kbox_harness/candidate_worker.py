@@ -328,11 +328,11 @@ class Worker(object):
             # The judge's calibration: the same path as a timed call (guard
             # check and cover included), with nothing in the timed region.
             t = self.client(self.clock.time, lambda: None)
-            return {"ms": t.ms, "host_ms": t.host_ms, "outran": t.outran}
+            return {"ms": t.ms, "host_ms": t.host_ms, "outran": t.outran, "cover_gpu_ms": t.cover_gpu_ms}
         x = self.prepared
         t = self.client(self.clock.time, lambda: self._no_grad(x), bool(cmd.get("cover", True)))
         self.kept = (t.out, x)
-        return {"ms": t.ms, "host_ms": t.host_ms, "outran": t.outran}
+        return {"ms": t.ms, "host_ms": t.host_ms, "outran": t.outran, "cover_gpu_ms": t.cover_gpu_ms}
 
     def _no_grad(self, x):
         with torch.no_grad():

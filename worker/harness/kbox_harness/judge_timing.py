@@ -7,14 +7,17 @@ process checks the times that process reports against its own clock, and
 compares the outputs of a random share of the timed calls (chosen after the
 call) with the reference's.
 """
+import json
 import os
+import sys
 
 import torch
 
-from . import floor, inputs, judging, timing
+from . import floor, inputs, judging, reference_graph, timing
 from .protocol import CANDIDATE, HARNESS
 
-# Timing stops once both medians are known to 1 % (95 % confidence) after at
+# Timing stops once both lower quartiles (the figures speedup is computed
+# from: timing.SPEEDUP_QUANTILE) are known to 1 % (95 % confidence) after at
 # least performance_trials calls each, or at this budget, or at
 # _MAX_CALLS_FACTOR * performance_trials calls.
 _TIMING_BUDGET_MS = 10000.0
@@ -24,6 +27,11 @@ _SPOT_CHECK_SHARE = 0.25  # timed outputs compared with the reference's
 _MAX_SPOT_CHECKS = 24     # each one writes and reads the output through a file
 _OVERHEAD_CALLS = 12      # empty rounds that calibrate the outside clock
 _OVERHEAD_EVERY = 8       # and one more after every this many timed rounds
+# A file that receives one JSON line per timed round, for studying the clock
+# (scripts/speedup_spread.py --trace). kboxd never sets it: a stage's
+# environment is built from a fixed list (worker/stage_runner.cc), and what
+# is written there is never read back by the judge.
+_TRACE_ENV = "KBOX_TIMING_TRACE"
 
 
 class TimingRounds(object):
@@ -50,9 +58,14 @@ class TimingRounds(object):
             self.call(self.forward, ref_model, inputs.shifted(pool[k], 1))
             self.ask({"op": "prep", "pool": k, "scale": 0.0, "shift": 1}, HARNESS)
             self.ask({"op": "time"})
+        graph = self._capture_reference(ref_model, pool)
         # Each side sizes its own launch cover to its warm model (timing.Clock).
-        warm = inputs.shifted(pool[0], 1)
-        self.call(clock.fit, lambda: self._no_grad(ref_model, warm))
+        if graph is not None:
+            self.call(graph.load, pool[0])
+            self.call(clock.fit, graph.replay)
+        else:
+            warm = inputs.shifted(pool[0], 1)
+            self.call(clock.fit, lambda: self._no_grad(ref_model, warm))
         self.ask({"op": "prep", "pool": 0, "scale": 0.0, "shift": 1}, HARNESS)
         fit = self.ask({"op": "fit"})
         cand_cover = judging.number(fit.get("cover_ms")) or 0.0
@@ -61,14 +74,20 @@ class TimingRounds(object):
         outran = [0, 0]  # calls whose host launch work outlasted the cover: reference, candidate
         uncovered = ([], [])  # the candidate's calls without the cover: times, host times
         checks = 0
+        trace = _open_trace()
         started = timing.now_ms()
         max_calls = max(spec.performance_trials, _MAX_CALLS_FACTOR * spec.performance_trials)
         for j in range(max_calls):
             k = j % len(pool)
             d = self.rng.uniform(-1e-3, 1e-3)
             x = inputs.perturbed(pool[k], d)
-            ref_in = inputs.shifted(x, self.rng.randrange(1, 9))
-            ref = self.call(self._timed_forward, ref_model, ref_in, clock)
+            if graph is not None:
+                self.call(graph.load, x)
+                ref_in = graph.static
+                ref = self.call(clock.time, graph.replay)
+            else:
+                ref_in = inputs.shifted(x, self.rng.randrange(1, 9))
+                ref = self.call(self._timed_forward, ref_model, ref_in, clock)
             ref_out = ref.out
             self.ask({"op": "prep", "pool": k, "scale": d, "shift": self.rng.randrange(1, 9)}, HARNESS)
             reply, ms = self.ask_timed({"op": "time"})
@@ -79,6 +98,12 @@ class TimingRounds(object):
             ref_times.append(ref.ms)
             cand_times.append(cand_ms)
             outran[0] += 1 if ref.outran else 0
+            if trace is not None:
+                trace.write(json.dumps({
+                    "round": j, "ref_ms": ref.ms, "ref_host_ms": ref.host_ms, "ref_outran": ref.outran,
+                    "ref_cover_gpu_ms": ref.cover_gpu_ms, "ref_cover_ms": clock.cover_ms,
+                    "cand_ms": cand_ms, "cand_outran": reply.get("outran"),
+                    "cand_cover_gpu_ms": reply.get("cover_gpu_ms"), "outside_ms": ms}) + "\n")
             outran[1] += 1 if reply.get("outran") is True else 0
             if checks < _MAX_SPOT_CHECKS and (j < 2 or self.rng.random() < _SPOT_CHECK_SHARE):
                 checks += 1
@@ -93,8 +118,10 @@ class TimingRounds(object):
                 settled = timing.relative_ci(ref_times) <= 0.01 and timing.relative_ci(cand_times) <= 0.01
                 if settled or timing.now_ms() - started > _TIMING_BUDGET_MS:
                     break
+        if trace is not None:
+            trace.close()
         method = timing.METHOD_CUDA if self.device.type == "cuda" else timing.METHOD_CPU
-        self.report["reference_timing"] = timing.stats(ref_times, method)
+        self.report["reference_timing"] = timing.stats(ref_times, reference_graph.METHOD if graph else method)
         cand = timing.stats(cand_times, method)
         if self.device.type == "cuda":
             self.report["reference_timing"].update(cover_ms=clock.cover_ms, outran_calls=outran[0])
@@ -105,7 +132,23 @@ class TimingRounds(object):
             timing.hidden_by_cover(cand_times, uncovered[0], uncovered[1])
         if why:
             self.findings.add("run.timing-mismatch", why)
-        self._physical_floor(cand["median_ms"])
+        self._physical_floor(cand["lower_quartile_ms"])
+
+    def _capture_reference(self, ref_model, pool):
+        """The reference's forward as a CUDA graph for its timed calls
+        (reference_graph), or None where it cannot be captured faithfully:
+        it is then timed eagerly under its cover, as the candidate is."""
+        if self.device.type != "cuda":
+            return None
+        t0 = timing.now_ms()
+        graph = self.call(reference_graph.Capture, lambda x: self._no_grad(ref_model, x), pool,
+                          lambda a, b: self._compare(a, b)["passed"], self.device)
+        self._timed("reference_capture", t0)
+        if graph.graph is None:
+            sys.stderr.write("kbox: reference timed eagerly, not replayed from a CUDA graph: %s\n"
+                             % graph.why_not)
+            return None
+        return graph
 
     def _uncovered_call(self, ref_model, pool, k, uncovered, may_check, j):
         """One candidate call without the launch cover, on its own perturbed
@@ -176,7 +219,7 @@ class TimingRounds(object):
                               "timed call %d returned a wrong output (max abs diff %s): the timed calls "
                               "did not all do the work" % (j + 1, judging.fmt(result["max_abs_diff"])))
 
-    def _physical_floor(self, cand_median_ms):
+    def _physical_floor(self, cand_ms):
         if self.device.type != "cuda" or self.ref_sample is None:
             return
         t0 = timing.now_ms()
@@ -185,7 +228,12 @@ class TimingRounds(object):
         least = floor.floor_ms(nbytes, bandwidth)
         self._timed("physical_floor", t0)
         self.report["physical_floor_ms"] = least
-        if least > 0 and cand_median_ms < least:
+        if least > 0 and cand_ms < least:
             self.findings.add("run.below-physical-floor",
-                              "median %.4g ms is below the %.4g ms needed to move %d bytes of inputs and "
-                              "outputs once at this GPU's bandwidth" % (cand_median_ms, least, nbytes))
+                              "lower quartile %.4g ms is below the %.4g ms needed to move %d bytes of inputs "
+                              "and outputs once at this GPU's bandwidth" % (cand_ms, least, nbytes))
+
+
+def _open_trace():
+    path = os.environ.get(_TRACE_ENV)
+    return open(path, "a") if path else None

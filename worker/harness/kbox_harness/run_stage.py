@@ -203,7 +203,10 @@ class RunStage(judge_timing.TimingRounds):
         self._timed("fork_candidate", t0)
         try:
             self.seed = read_secret(self.spec)
-            self.report["fingerprint"] = dict(fingerprint.software(), **fingerprint.device(self.device))
+            # The device's part comes once the candidate's process is setting
+            # up (_run): asking for it initialises CUDA here, which would
+            # otherwise delay that process's own initialisation by as long.
+            self.report["fingerprint"] = fingerprint.software()
             # In the job's home: the job's scratch tmpfs (4 GiB by default)
             # has more room than the sandbox's private /tmp.
             self.exchange_dir = tempfile.mkdtemp(prefix="kbox-exchange-",
@@ -303,6 +306,7 @@ class RunStage(judge_timing.TimingRounds):
         self.send({"op": "setup", "spec": self._child_spec()}, HARNESS)
         if self.device.type == "cuda":
             self._init_cuda()
+        self.report["fingerprint"].update(fingerprint.device(self.device))
         t1 = timing.now_ms()
         Model, get_inputs, get_init_inputs = self.call(_load_reference, spec.reference_path)
         self._timed("import_reference", t1)
