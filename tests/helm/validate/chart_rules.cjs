@@ -1,0 +1,207 @@
+'use strict';
+// What the API server checks beyond the OpenAPI schemas (names, labels, a few cross-field
+// rules), how the chart's objects refer to each other, and the chart's security invariants.
+// Each rule returns error strings; none may fire for any ci/ scenario.
+
+const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
+const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+const LABEL_NAME = /^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$/;
+const LABEL_VALUE = /^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$/;
+
+// Capabilities the sandbox needs (templates/_security.tpl says why for each); nothing else.
+const ALLOWED_CAPABILITIES = ['SYS_ADMIN', 'SETUID', 'SETGID', 'CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'KILL'];
+// The tokens file format agreed with kboxd's auth: `<name> <secret> [max_concurrent_jobs]`.
+const TOKEN_LINE = /^([a-z0-9_-]{1,64})\s+(\S{16,})(\s+[0-9]+)?$/;
+const TOKENS_FILE = '/etc/kbox/tokens/tokens';
+
+function labelErrors(where, labels) {
+  const errors = [];
+  for (const [key, value] of Object.entries(labels || {})) {
+    const slash = key.lastIndexOf('/');
+    const prefix = slash >= 0 ? key.slice(0, slash) : '';
+    const name = slash >= 0 ? key.slice(slash + 1) : key;
+    if ((prefix && (prefix.length > 253 || !DNS_SUBDOMAIN.test(prefix))) || name.length > 63 || !LABEL_NAME.test(name)) {
+      errors.push(`${where}: invalid label key ${JSON.stringify(key)}`);
+    }
+    if (typeof value !== 'string' || value.length > 63 || !LABEL_VALUE.test(value)) {
+      errors.push(`${where}: invalid label value ${JSON.stringify(value)} for ${key}`);
+    }
+  }
+  return errors;
+}
+
+// metadata.name and labels the way the API server validates them.
+function metadataErrors(object) {
+  const where = `${object.kind}/${object.metadata && object.metadata.name}`;
+  const errors = [];
+  const name = object.metadata && object.metadata.name;
+  // Services, and the pods' owners (names become label values and host names), need DNS labels.
+  const needsLabel = ['Service', 'DaemonSet', 'Deployment'].includes(object.kind);
+  if (typeof name !== 'string' || !(needsLabel ? name.length <= 63 && DNS_LABEL.test(name)
+    : name.length <= 253 && DNS_SUBDOMAIN.test(name))) {
+    errors.push(`${where}: invalid metadata.name`);
+  }
+  if (!object.metadata.namespace) errors.push(`${where}: no metadata.namespace`);
+  errors.push(...labelErrors(`${where} metadata.labels`, object.metadata.labels));
+  return errors;
+}
+
+function matches(selector, labels) {
+  return Object.entries(selector || {}).every(([k, v]) => (labels || {})[k] === v);
+}
+
+function byKind(objects, kind) { return objects.filter((o) => o.kind === kind); }
+
+// The workload, its pod template and kboxd's container.
+function workloadParts(objects) {
+  const workloads = objects.filter((o) => o.kind === 'DaemonSet' || o.kind === 'Deployment');
+  if (workloads.length !== 1) return { error: `want exactly one DaemonSet or Deployment, got ${workloads.length}` };
+  const workload = workloads[0];
+  const pod = workload.spec.template;
+  const container = (pod.spec.containers || []).find((c) => c.name === 'kboxd');
+  if (!container) return { error: 'no container named kboxd' };
+  return { workload, pod, container };
+}
+
+function securityErrors({ pod, container }) {
+  const errors = [];
+  const sc = container.securityContext || {};
+  const ps = pod.spec;
+  if (ps.hostNetwork || ps.hostPID || ps.hostIPC) errors.push('pod shares a host namespace');
+  if (ps.automountServiceAccountToken !== false) errors.push('service account token is mounted');
+  if (sc.readOnlyRootFilesystem !== true) errors.push('root file system is writable');
+  const caps = sc.capabilities || {};
+  if (sc.privileged) {
+    if (caps.add && caps.add.length) errors.push('privileged container also lists capabilities');
+  } else {
+    if (JSON.stringify(caps.drop) !== '["ALL"]') errors.push('capabilities.drop is not [ALL]');
+    for (const cap of caps.add || []) {
+      if (!ALLOWED_CAPABILITIES.includes(cap)) errors.push(`capability ${cap} is not one the sandbox needs`);
+    }
+    // The API server's rule: no allowPrivilegeEscalation=false with CAP_SYS_ADMIN.
+    if (sc.allowPrivilegeEscalation === false && (caps.add || []).includes('SYS_ADMIN')) {
+      errors.push('allowPrivilegeEscalation: false with CAP_SYS_ADMIN is rejected by the API server');
+    }
+  }
+  for (const p of [sc.seccompProfile, sc.appArmorProfile]) {
+    if (p && p.type === 'Localhost' && !p.localhostProfile) errors.push('Localhost profile without localhostProfile');
+  }
+  return errors;
+}
+
+function probeErrors({ container }) {
+  const errors = [];
+  const want = { startupProbe: '/healthz', livenessProbe: '/healthz', readinessProbe: '/readyz' };
+  const ports = new Set((container.ports || []).map((p) => p.name));
+  for (const [probe, path] of Object.entries(want)) {
+    const get = container[probe] && container[probe].httpGet;
+    if (!get || get.path !== path) errors.push(`${probe} is not an httpGet on ${path}`);
+    else if (!ports.has(get.port)) errors.push(`${probe} names port ${get.port}, which the container lacks`);
+  }
+  return errors;
+}
+
+// The config file's paths and port against the pod's mounts and ports.
+function configWiringErrors(parts, objects, configText) {
+  const errors = [];
+  const { pod, container } = parts;
+  const field = (name) => {
+    const m = configText.match(new RegExp(`^${name}: "([^"]*)"$`, 'm'));
+    return m ? m[1] : null;
+  };
+  const mountFor = (path) => (container.volumeMounts || []).find((m) => path === m.mountPath || path.startsWith(m.mountPath + '/'));
+  const listen = field('listen');
+  const port = (container.ports || []).find((p) => p.name === 'http');
+  if (!listen || !port || listen !== `0.0.0.0:${port.containerPort}`) {
+    errors.push(`config listen ${listen} is not 0.0.0.0:<the container's http port>`);
+  }
+  for (const name of ['work_dir', 'build_cache_dir']) {
+    const path = field(name);
+    const mount = path && mountFor(path);
+    if (!mount || mount.readOnly) errors.push(`config ${name} ${path} is not on a writable volume`);
+  }
+  const configMap = byKind(objects, 'ConfigMap').find((c) => c.data && c.data['kboxd.textproto'] === configText);
+  const configVolume = (pod.spec.volumes || []).find((v) => v.configMap && configMap && v.configMap.name === configMap.metadata.name);
+  const configMount = configVolume && (container.volumeMounts || []).find((m) => m.name === configVolume.name);
+  const args = (container.command || []).concat(container.args || []);
+  const configArg = args[args.indexOf('--config') + 1];
+  if (!configMount || !configArg || configArg !== `${configMount.mountPath}/kboxd.textproto`) {
+    errors.push('--config does not name the mounted ConfigMap\'s kboxd.textproto');
+  }
+  const tokensFile = field('api_tokens_file');
+  if (tokensFile !== null) {
+    const mount = mountFor(tokensFile);
+    const volume = mount && (pod.spec.volumes || []).find((v) => v.name === mount.name);
+    const item = volume && volume.secret && (volume.secret.items || []).find((i) => `${mount.mountPath}/${i.path}` === tokensFile);
+    if (tokensFile !== TOKENS_FILE || !item || item.key !== 'tokens' || !mount.readOnly) {
+      errors.push(`api_tokens_file ${tokensFile} is not key "tokens" of a Secret mounted read-only at ${TOKENS_FILE}`);
+    } else {
+      const secret = byKind(objects, 'Secret').find((s) => s.metadata.name === volume.secret.secretName);
+      if (secret) errors.push(...tokensFileErrors(secret));
+    }
+  } else if (byKind(objects, 'Secret').length) {
+    errors.push('a tokens Secret is rendered but kboxd is not pointed at it');
+  }
+  return errors;
+}
+
+function tokensFileErrors(secret) {
+  const text = (secret.stringData || {}).tokens;
+  if (typeof text !== 'string') return [`Secret ${secret.metadata.name} has no stringData.tokens`];
+  const errors = [];
+  const names = new Set();
+  const lines = text.split('\n').filter((l) => l.trim() && !l.trim().startsWith('#'));
+  if (!lines.length) errors.push(`Secret ${secret.metadata.name}: no token`);
+  for (const line of lines) {
+    const m = line.trim().match(TOKEN_LINE);
+    if (!m) { errors.push(`Secret ${secret.metadata.name}: malformed token line`); continue; }
+    if (names.has(m[1])) errors.push(`Secret ${secret.metadata.name}: token name ${m[1]} repeated`);
+    names.add(m[1]);
+  }
+  return errors;
+}
+
+// Selectors that must find the chart's pods or Service.
+function selectorErrors(parts, objects) {
+  const errors = [];
+  const { workload, pod } = parts;
+  const podLabels = pod.metadata.labels;
+  errors.push(...labelErrors('pod template labels', podLabels));
+  if (!matches(workload.spec.selector.matchLabels, podLabels)) errors.push('workload selector does not match its pod template');
+  for (const svc of byKind(objects, 'Service')) {
+    if (!matches(svc.spec.selector, podLabels)) errors.push(`Service ${svc.metadata.name} does not select the pods`);
+    const names = new Set((parts.container.ports || []).map((p) => p.name));
+    for (const p of svc.spec.ports) {
+      if (typeof p.targetPort === 'string' && !names.has(p.targetPort)) errors.push(`Service targetPort ${p.targetPort} is not a container port`);
+    }
+  }
+  for (const pdb of byKind(objects, 'PodDisruptionBudget')) {
+    if (!matches(pdb.spec.selector.matchLabels, podLabels)) errors.push('PodDisruptionBudget does not select the pods');
+  }
+  for (const np of byKind(objects, 'NetworkPolicy')) {
+    if (!matches(np.spec.podSelector.matchLabels, podLabels)) errors.push('NetworkPolicy does not select the pods');
+    const types = np.spec.policyTypes || [];
+    if (!types.includes('Ingress') || !types.includes('Egress')) errors.push('NetworkPolicy does not govern both directions');
+    if ((np.spec.egress || []).length) errors.push('NetworkPolicy allows egress');
+    for (const rule of np.spec.ingress || []) {
+      if (!rule.from || !rule.from.length) errors.push('NetworkPolicy ingress rule without peers admits everyone');
+      if (!rule.ports || !rule.ports.every((p) => p.port === 'http')) errors.push('NetworkPolicy opens a port other than kboxd\'s');
+    }
+  }
+  const services = byKind(objects, 'Service');
+  for (const sm of byKind(objects, 'ServiceMonitor')) {
+    const svc = services.find((s) => matches(sm.spec.selector.matchLabels, s.metadata.labels));
+    if (!svc) { errors.push('ServiceMonitor selects no Service'); continue; }
+    if (!(sm.spec.namespaceSelector.matchNames || []).includes(svc.metadata.namespace)) errors.push('ServiceMonitor looks in the wrong namespace');
+    for (const ep of sm.spec.endpoints) {
+      if (!svc.spec.ports.some((p) => p.name === ep.port)) errors.push(`ServiceMonitor port ${ep.port} is not a Service port`);
+      if (ep.path !== '/metrics') errors.push('ServiceMonitor does not scrape /metrics');
+    }
+  }
+  return errors;
+}
+
+module.exports = {
+  metadataErrors, workloadParts, securityErrors, probeErrors, configWiringErrors, selectorErrors,
+  ALLOWED_CAPABILITIES,
+};
