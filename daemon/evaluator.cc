@@ -137,8 +137,8 @@ Evaluator::Evaluator(const v1::DaemonConfig& config, HostInfo host, std::vector<
                             InheritedEnvironment(runner_.settings()), gpu, kDeviceProbeLimit);
           },
           kDeviceProbeInterval,
-          [&metrics](uint32_t gpu, bool healthy, const std::string&) {
-            if (!healthy) metrics.RecordQuarantine(gpu);
+          [this](uint32_t gpu, bool healthy, const std::string&) {
+            if (!healthy) metrics_.RecordQuarantine(gpu);
           }),
       gpus_(gpus),
       cuda_arch_list_(ArchList(host_, gpus)),
