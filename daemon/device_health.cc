@@ -57,13 +57,14 @@ void DeviceHealth::ProbeLoop() {
         continue;
       }
       quarantined_.erase(gpu);
-      pool_.SetInService(gpu, true);
       std::cerr << "kboxd: gpu" << gpu << " passed its probe; back in service" << std::endl;
+      // Heard before a job can take the GPU again.
       if (observer_) {
         lock.unlock();
         observer_(gpu, true, "");
         lock.lock();
       }
+      pool_.SetInService(gpu, true);
     }
   }
 }
