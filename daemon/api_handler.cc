@@ -72,11 +72,14 @@ awaitable<HttpResponse> ApiHandler::Handle(HttpRequest req) {
       health.set_status("ok");
       res = Reply(http::status::ok, health, Encoding::kJson);
     }
+  } else if (target == "/readyz") {
+    if (only(http::verb::get)) res = Ready();
   } else if (target == "/v1/info") {
     if (only(http::verb::get)) res = Info();
   } else if (target == "/metrics") {
     if (only(http::verb::get)) {
       metrics_.SetJobsInFlight(in_flight_.load());
+      evaluator_.PublishGauges();
       res = HttpResponse(http::status::ok, 11);
       res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
       res.body() = metrics_.Serialize();
@@ -182,6 +185,26 @@ awaitable<HttpResponse> ApiHandler::Check(const HttpRequest& req) {
       },
       boost::asio::use_awaitable);
   co_return Reply(http::status::ok, response, *encoding);
+}
+
+HttpResponse ApiHandler::Ready() const {
+  bool cpu = false, gpu = false;
+  for (v1::Backend b : policy_.limits().backends) (b == v1::BACKEND_CPU ? cpu : gpu) = true;
+  std::string reason;
+  if (draining_.load()) {
+    reason = "draining: kboxd is shutting down";
+  } else if (!evaluator_.HasServingRunSlot(cpu, gpu)) {
+    reason = "no run slot on a healthy device: every GPU is quarantined until its probe passes";
+  }
+  HttpResponse res(reason.empty() ? http::status::ok : http::status::service_unavailable, 11);
+  res.set(http::field::server, std::string("kboxd/") + kVersion);
+  res.set(http::field::content_type, "application/json");
+  // The agreed body, exactly; the reasons are kboxd's own ASCII words.
+  res.body() = reason.empty() ? R"({"ready":true})"
+                              : R"({"ready":false,"reason":")" + reason + R"("})";
+  res.prepare_payload();
+  metrics_.RecordResponse(res.result_int());
+  return res;
 }
 
 HttpResponse ApiHandler::Info() const {

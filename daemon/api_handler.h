@@ -1,6 +1,8 @@
 #pragma once
 
-// Routes kboxd's HTTP API: GET /healthz, GET /v1/info, GET /metrics,
+// Routes kboxd's HTTP API: GET /healthz (liveness), GET /readyz (readiness:
+// 200 {"ready":true} while a run slot on a healthy device can take jobs and
+// kboxd is not draining, else 503 {"ready":false,"reason":...}), GET /v1/info, GET /metrics,
 // POST /v1/evaluate, POST /v1/check, and the asynchronous POST /v1/jobs and
 // GET /v1/jobs/<id> (api_jobs.cc). Every non-2xx answer carries an
 // ErrorResponse naming the offending field. Evaluation runs on the job thread
@@ -41,6 +43,8 @@ class ApiHandler {
                      const std::string& message, Encoding encoding = Encoding::kJson) const;
 
   uint32_t jobs_in_flight() const { return in_flight_.load(); }
+  // kboxd is shutting down: /readyz answers 503 from now on.
+  void StartDraining() { draining_.store(true); }
 
  private:
   boost::asio::awaitable<HttpResponse> Evaluate(const HttpRequest& request);
@@ -54,6 +58,7 @@ class ApiHandler {
   std::optional<HttpResponse> JobAnswer(const std::string& job_id,
                                         JobStore::Clock::time_point deadline);
   HttpResponse Info() const;
+  HttpResponse Ready() const;
   HttpResponse Reply(boost::beast::http::status status, const google::protobuf::Message& body,
                      Encoding encoding) const;
   // Reserves n of the max_in_flight_jobs places, all or none.
@@ -65,6 +70,7 @@ class ApiHandler {
   Metrics& metrics_;
   boost::asio::thread_pool& job_pool_;
   std::atomic<uint32_t> in_flight_{0};
+  std::atomic<bool> draining_{false};
   JobStore jobs_;
 };
 

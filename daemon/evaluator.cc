@@ -20,6 +20,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// How often a quarantined GPU is probed, and how long one probe may take
+// (CUDA initialisation on a cold driver takes seconds; a hung one, forever).
+constexpr auto kDeviceProbeInterval = std::chrono::seconds(30);
+constexpr auto kDeviceProbeLimit = std::chrono::seconds(120);
+
 double MsBetween(Evaluator::Clock::time_point a, Evaluator::Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
@@ -125,6 +130,16 @@ Evaluator::Evaluator(const v1::DaemonConfig& config, HostInfo host, std::vector<
       compile_slots_(SlotPool::Anonymous(config.compile_workers())),
       cpu_slots_(SlotPool::Anonymous(config.cpu_run_slots())),
       gpu_slots_(gpus),
+      device_health_(
+          gpu_slots_,
+          [this](uint32_t gpu) {
+            return ProbeGpu(config_.python(), config_.harness_dir(),
+                            InheritedEnvironment(runner_.settings()), gpu, kDeviceProbeLimit);
+          },
+          kDeviceProbeInterval,
+          [this](uint32_t gpu, bool healthy, const std::string&) {
+            if (!healthy) metrics_.RecordQuarantine(gpu);
+          }),
       gpus_(gpus),
       cuda_arch_list_(ArchList(host_, gpus)),
       build_cache_(build_cache) {
@@ -150,7 +165,9 @@ void Evaluator::EnablePrefork() {
               << std::endl;
     return;
   }
-  runner_.EnablePrefork(library.string());
+  runner_.EnablePrefork(library.string(), [this](const std::string& slot, ZygoteEvent event) {
+    metrics_.RecordZygoteEvent(slot, event);
+  });
   std::cerr << "kboxd: run stages start from a pre-forked zygote per device slot" << std::endl;
 }
 
@@ -197,22 +214,55 @@ v1::EvaluateResult Evaluator::Evaluate(const v1::EvaluateRequest& request,
   *result.mutable_settings() = settings;
   *result.mutable_fingerprint() = HostFingerprint(host_);
   result.mutable_fingerprint()->set_device_name("cpu");
+  JobTrace trace;
   try {
-    RunJob(request, settings, anticheat, result);
+    RunJob(request, settings, anticheat, result, trace);
   } catch (const std::exception& e) {
     result.set_status(v1::INFRA_ERROR);
     result.set_message(std::string("kboxd internal error: ") + e.what());
+    trace.cause.infra = InfraCause::kInternal;
   }
   result.mutable_durations()->set_total_ms(MsBetween(received, Clock::now()));
   SanitizeResultText(result, 2 * static_cast<size_t>(config_.max_log_bytes()));
   FinalizeRewardable(result);
-  metrics_.RecordJob(result);
+  metrics_.RecordJob(result, trace);
   return result;
+}
+
+void Evaluator::CancelAll() {
+  cancelled_.store(true);
+  // Jobs queued for a quarantined GPU would wait for its probe: hand them
+  // the slot so they see the flag and end now (nothing runs on it).
+  for (uint32_t gpu : gpus_) gpu_slots_.SetInService(gpu, true);
+}
+
+void Evaluator::PublishGauges() const {
+  metrics_.SetQueueDepth("compile", compile_slots_.waiting());
+  metrics_.SetQueueDepth("run_cpu", cpu_slots_.waiting());
+  metrics_.SetQueueDepth("run_gpu", gpu_slots_.waiting());
+  metrics_.SetCompileSlots(compile_slots_.busy(), compile_slots_.idle());
+  metrics_.SetRunSlots("cpu", cpu_slots_.busy(), cpu_slots_.idle(), 0);
+  for (uint32_t gpu : gpus_) {
+    const bool busy = gpu_slots_.IsBusy(gpu);
+    const bool healthy = device_health_.Healthy(gpu);
+    metrics_.SetRunSlots(DeviceLabel(gpu), busy, !busy && healthy, !busy && !healthy);
+    metrics_.SetDeviceHealthy(DeviceLabel(gpu), healthy);
+  }
+}
+
+bool Evaluator::HasServingRunSlot(bool cpu, bool gpu) const {
+  if (cpu && cpu_slots_.size() > 0) return true;
+  if (gpu) {
+    for (uint32_t g : gpus_) {
+      if (device_health_.Healthy(g)) return true;
+    }
+  }
+  return false;
 }
 
 void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSettings& settings,
                        const static_check::AnticheatProfile& anticheat,
-                       v1::EvaluateResult& result) {
+                       v1::EvaluateResult& result, JobTrace& trace) {
   // Static checks first: a rejected candidate is never written to disk,
   // compiled or run. The verdicts of one that goes on ride along.
   const StaticPhase checked = RunStaticCheck(
@@ -222,6 +272,7 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
                                .precision = TaskPrecisionOf(settings.precision())},
       anticheat);
   result.mutable_durations()->set_static_ms(checked.ms);
+  trace.checked = checked.ran;
   if (checked.ran) metrics_.RecordStaticCheck(checked.report, checked.ms / 1000.0);
   if (!ApplyStaticCheck(checked.report, result)) return;
 
@@ -237,6 +288,7 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
   if (!ws) {
     result.set_status(v1::INFRA_ERROR);
     result.set_message("cannot prepare the job directory: " + ws.error().message);
+    trace.cause.infra = InfraCause::kWorkspace;
     return;
   }
   const bool gpu_backend = settings.backend() != v1::BACKEND_CPU;
@@ -248,6 +300,7 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
     if (!cancelled_.load()) return false;
     result.set_status(v1::INFRA_ERROR);
     result.set_message("kboxd is shutting down; retry the job");
+    trace.cause.infra = InfraCause::kCancelled;
     return true;
   };
 
@@ -276,6 +329,7 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
         durations->set_compile_ms(MsBetween(looked_up, Clock::now()));
         output = flight->entry()->compile_output();
         result.set_build_cache_hit(true);
+        trace.compiled = true;
       }
       flight->entry().reset();  // Unpinned: evictable again.
     }
@@ -291,7 +345,8 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
     StageOutcome compiled = runner_.Run(*ws, MakeSpec(*ws, settings, v1::STAGE_COMPILE), placement);
     durations->set_compile_ms(compiled.process.wall_ms);
     output = compiled.process.output_tail;
-    if (!ApplyCompileStage(compiled, result)) {
+    trace.compiled = true;
+    if (!ApplyCompileStage(compiled, result, &trace.cause)) {
       // Not cached: a failed compile's result is its log, not a build (the
       // flight ends uncached; jobs waiting for it compile on their own).
       result.set_output_tail(output);
@@ -308,6 +363,7 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
   const auto queued = Clock::now();
   auto device = gpu_backend ? gpu_slots_.Acquire() : cpu_slots_.Acquire();
   durations->set_queue_wait_ms(MsBetween(queued, Clock::now()));
+  trace.queued = true;
 
   if (shutting_down()) return;
   StagePlacement placement;
@@ -325,7 +381,11 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
   StageOutcome ran =
       runner_.Run(*ws, MakeSpec(*ws, settings, v1::STAGE_RUN, checked.report.kernel_names), placement);
   durations->set_run_ms(ran.process.wall_ms);
-  ApplyRunStage(ran, result);
+  trace.ran = true;
+  ApplyRunStage(ran, result, &trace.cause);
+  if (gpu_backend && trace.cause.device_suspect) {
+    device_health_.Quarantine(device.slot(), "job " + result.job_id() + ": " + result.message());
+  }
   if (ran.report) {
     const static_check::CheckReport graded = GradeRunFindings(ran.report->verdicts(), anticheat);
     metrics_.RecordVerdicts(graded);

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/device_health.h"
 #include "daemon/host_probe.h"
 #include "daemon/metrics.h"
 #include "daemon/sandbox_setup.h"
@@ -47,7 +48,13 @@ class Evaluator {
 
   // Ends every running and queued job as INFRA_ERROR (kboxd's shutdown
   // deadline passed); their processes are killed within kCancelPollInterval.
-  void CancelAll() { cancelled_.store(true); }
+  void CancelAll();
+
+  // Sets the point-in-time gauges (queues, slots, device health) for a scrape.
+  void PublishGauges() const;
+  // Whether a run slot can take a job now: a CPU slot when `cpu`, a GPU in
+  // service when `gpu` (quarantined GPUs do not count; busy slots do).
+  bool HasServingRunSlot(bool cpu, bool gpu) const;
 
   const HostInfo& host() const { return host_; }
   const SandboxRuntime& sandbox() const { return sandbox_; }
@@ -67,7 +74,8 @@ class Evaluator {
   // enter library are there; logs why not otherwise.
   void EnablePrefork();
   void RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSettings& settings,
-              const static_check::AnticheatProfile& anticheat, v1::EvaluateResult& result);
+              const static_check::AnticheatProfile& anticheat, v1::EvaluateResult& result,
+              JobTrace& trace);
 
   const v1::DaemonConfig& config_;
   HostInfo host_;
@@ -77,6 +85,7 @@ class Evaluator {
   SlotPool compile_slots_;
   SlotPool cpu_slots_;
   SlotPool gpu_slots_;
+  DeviceHealth device_health_;  // Takes broken GPUs out of gpu_slots_.
   std::vector<uint32_t> gpus_;
   std::string cuda_arch_list_;  // TORCH_CUDA_ARCH_LIST covering every GPU in use.
   BuildCache* build_cache_;

@@ -163,8 +163,9 @@ int main(int argc, char** argv) {
   if (!sandbox) return Fail("sandbox: " + sandbox.error().message);
   std::cerr << "kboxd: sandbox: " << sandbox->description << std::endl;
 
-  kbox::Metrics metrics;
+  kbox::Metrics metrics(kbox::MetricLabelSets{.backends = backends, .gpus = gpus});
   metrics.SetInsecureMode(!sandbox->settings.has_value());
+  metrics.SetJobsInFlightLimit(config.max_in_flight_jobs());
   std::unique_ptr<kbox::BuildCache> build_cache;
   if (config.build_cache_max_bytes() > 0) {
     kbox::BuildCacheOptions options;
@@ -203,6 +204,7 @@ int main(int argc, char** argv) {
   signals.async_wait([&](const boost::system::error_code& error, int) {
     if (error) return;
     std::cerr << "kboxd: stopping; waiting for " << handler.jobs_in_flight() << " jobs" << std::endl;
+    handler.StartDraining();
     server.Stop();
     asio::co_spawn(
         io,

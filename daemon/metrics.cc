@@ -2,6 +2,8 @@
 
 #include <prometheus/text_serializer.h>
 
+#include <algorithm>
+
 #include "policy/static_check/rule_catalog.h"
 
 namespace kbox {
@@ -26,9 +28,36 @@ std::string Lower(std::string s) {
   return s;
 }
 
+constexpr const char* kPhases[] = {"static", "compile", "queue_wait", "run", "total"};
+constexpr const char* kQueues[] = {"compile", "run_cpu", "run_gpu"};
+constexpr const char* kWorkers[] = {"harness", "zygote"};
+constexpr static_check::Severity kCountedSeverities[] = {
+    static_check::Severity::kInfo, static_check::Severity::kSuspicious,
+    static_check::Severity::kReject};
+
+std::vector<std::string> Devices(const MetricLabelSets& sets) {
+  std::vector<std::string> out = {"cpu"};
+  for (uint32_t g : sets.gpus) out.push_back(DeviceLabel(g));
+  return out;
+}
+
 }  // namespace
 
-Metrics::Metrics()
+std::string DeviceLabel(std::optional<uint32_t> gpu) {
+  return gpu ? "gpu" + std::to_string(*gpu) : "cpu";
+}
+
+std::string DeviceOfSlot(const std::string& slot) {
+  return slot.starts_with("gpu") ? slot : "cpu";
+}
+
+std::string BackendLabel(v1::Backend backend) {
+  std::string name = Lower(v1::Backend_Name(backend));
+  constexpr std::string_view kPrefix = "backend_";
+  return name.starts_with(kPrefix) ? name.substr(kPrefix.size()) : name;
+}
+
+Metrics::Metrics(const MetricLabelSets& sets)
     : registry_(std::make_shared<prometheus::Registry>()),
       jobs_total_(prometheus::BuildCounter()
                       .Name("kbox_jobs_total")
@@ -36,7 +65,8 @@ Metrics::Metrics()
                       .Register(*registry_)),
       phase_seconds_(prometheus::BuildHistogram()
                          .Name("kbox_job_phase_duration_seconds")
-                         .Help("Wall-clock duration of each phase of a job.")
+                         .Help("Wall-clock duration of each phase a job went through, by backend "
+                               "(static, compile, queue_wait, run; total: received to result).")
                          .Register(*registry_)),
       responses_total_(prometheus::BuildCounter()
                            .Name("kbox_http_responses_total")
@@ -44,9 +74,51 @@ Metrics::Metrics()
                            .Register(*registry_)),
       anticheat_verdicts_total_(prometheus::BuildCounter()
                                     .Name("kbox_anticheat_verdicts_total")
-                                    .Help("Static anti-cheat findings (evaluations and checks), by "
+                                    .Help("Anti-cheat findings (static checks and run stages), by "
                                           "rule and severity.")
                                     .Register(*registry_)),
+      infra_errors_total_(prometheus::BuildCounter()
+                              .Name("kbox_infra_errors_total")
+                              .Help("Jobs that ended as INFRA_ERROR (kbox's own failure), by cause.")
+                              .Register(*registry_)),
+      sandbox_violations_total_(prometheus::BuildCounter()
+                                    .Name("kbox_sandbox_violations_total")
+                                    .Help("Candidates stopped by a limit of the sandbox, by kind.")
+                                    .Register(*registry_)),
+      worker_crashes_total_(prometheus::BuildCounter()
+                                .Name("kbox_worker_crashes_total")
+                                .Help("kbox worker processes that died unexpectedly: a stage "
+                                      "harness without a report, or a pre-forked zygote.")
+                                .Register(*registry_)),
+      zygote_restarts_total_(prometheus::BuildCounter()
+                                 .Name("kbox_zygote_restarts_total")
+                                 .Help("Pre-forked zygotes started again after one died, by device.")
+                                 .Register(*registry_)),
+      zygote_start_failures_total_(prometheus::BuildCounter()
+                                       .Name("kbox_zygote_start_failures_total")
+                                       .Help("Pre-forked zygotes that did not start, by device.")
+                                       .Register(*registry_)),
+      device_quarantines_total_(prometheus::BuildCounter()
+                                    .Name("kbox_device_quarantines_total")
+                                    .Help("Times a GPU was taken out of service after a failure "
+                                          "that a broken device explains.")
+                                    .Register(*registry_)),
+      queue_depth_(prometheus::BuildGauge()
+                       .Name("kbox_queue_depth")
+                       .Help("Jobs waiting for a compile worker or a run slot, by queue.")
+                       .Register(*registry_)),
+      run_slots_(prometheus::BuildGauge()
+                     .Name("kbox_run_slots")
+                     .Help("Run slots by device and state (busy, idle, quarantined).")
+                     .Register(*registry_)),
+      compile_slots_(prometheus::BuildGauge()
+                         .Name("kbox_compile_slots")
+                         .Help("Compile workers by state (busy, idle).")
+                         .Register(*registry_)),
+      device_healthy_(prometheus::BuildGauge()
+                          .Name("kbox_device_healthy")
+                          .Help("1 while a device serves jobs, 0 while it is quarantined.")
+                          .Register(*registry_)),
       static_check_seconds_(prometheus::BuildHistogram()
                                 .Name("kbox_static_check_duration_seconds")
                                 .Help("Time the static anti-cheat checker took per request.")
@@ -57,6 +129,12 @@ Metrics::Metrics()
                           .Help("Jobs accepted and not yet finished.")
                           .Register(*registry_)
                           .Add({})),
+      jobs_in_flight_limit_(prometheus::BuildGauge()
+                                .Name("kbox_jobs_in_flight_limit")
+                                .Help("max_in_flight_jobs: jobs kboxd accepts at once before "
+                                      "refusing submissions.")
+                                .Register(*registry_)
+                                .Add({})),
       insecure_mode_(prometheus::BuildGauge()
                          .Name("kbox_insecure_mode")
                          .Help("1 while candidates run WITHOUT the sandbox (development mode).")
@@ -86,19 +164,76 @@ Metrics::Metrics()
                              .Name("kbox_build_cache_bytes")
                              .Help("Bytes of all build cache entries.")
                              .Register(*registry_)
-                             .Add({})) {}
+                             .Add({})) {
+  // Every series of the closed sets, at 0, so that rate() sees a job's
+  // first increment and a dashboard finds every name from the first scrape.
+  for (v1::Backend b : sets.backends) {
+    for (int s = v1::Status_MIN; s <= v1::Status_MAX; ++s) {
+      if (!v1::Status_IsValid(s) || s == v1::STATUS_UNSPECIFIED) continue;
+      jobs_total_.Add({{"backend", BackendLabel(b)},
+                       {"status", Lower(v1::Status_Name(static_cast<v1::Status>(s)))}});
+    }
+    for (const char* phase : kPhases) {
+      phase_seconds_.Add({{"backend", BackendLabel(b)}, {"phase", phase}}, PhaseBuckets());
+    }
+  }
+  for (unsigned cls = 1; cls <= 5; ++cls) responses_total_.Add({{"code", std::to_string(cls) + "xx"}});
+  for (const auto& rule : static_check::RuleCatalog()) {
+    for (auto severity : kCountedSeverities) {
+      anticheat_verdicts_total_.Add({{"rule", std::string(rule.id)},
+                                     {"severity", std::string(static_check::SeverityName(severity))}});
+    }
+  }
+  for (InfraCause c : kAllInfraCauses) infra_errors_total_.Add({{"cause", std::string(InfraCauseName(c))}});
+  for (ViolationKind k : kAllViolationKinds) {
+    sandbox_violations_total_.Add({{"kind", std::string(ViolationKindName(k))}});
+  }
+  for (const char* worker : kWorkers) worker_crashes_total_.Add({{"worker", worker}});
+  for (const char* queue : kQueues) queue_depth_.Add({{"queue", queue}});
+  for (const char* state : {"busy", "idle"}) compile_slots_.Add({{"state", state}});
+  for (const std::string& device : Devices(sets)) {
+    zygote_restarts_total_.Add({{"device", device}});
+    zygote_start_failures_total_.Add({{"device", device}});
+    for (const char* state : {"busy", "idle", "quarantined"}) {
+      run_slots_.Add({{"device", device}, {"state", state}});
+    }
+    device_healthy_.Add({{"device", device}}).Set(1);
+    // The CPU is never quarantined; its series (always 0) keeps the family
+    // present on a CPU-only kboxd, where dashboards and alerts still name it.
+    device_quarantines_total_.Add({{"device", device}});
+  }
+}
 
-void Metrics::RecordJob(const v1::EvaluateResult& result) {
-  const std::string backend = Lower(v1::Backend_Name(result.settings().backend()));
+void Metrics::RecordJob(const v1::EvaluateResult& result, const JobTrace& trace) {
+  const std::string backend = BackendLabel(result.settings().backend());
   jobs_total_.Add({{"backend", backend}, {"status", Lower(v1::Status_Name(result.status()))}})
       .Increment();
   const auto& d = result.durations();
-  const std::pair<const char*, double> phases[] = {{"compile", d.compile_ms()},
-                                                   {"queue_wait", d.queue_wait_ms()},
-                                                   {"run", d.run_ms()},
-                                                   {"total", d.total_ms()}};
-  for (const auto& [phase, ms] : phases) {
-    phase_seconds_.Add({{"phase", phase}}, PhaseBuckets()).Observe(ms / 1000.0);
+  const struct {
+    const char* phase;
+    bool happened;
+    double ms;
+  } phases[] = {{"static", trace.checked, d.static_ms()},
+                {"compile", trace.compiled, d.compile_ms()},
+                {"queue_wait", trace.queued, d.queue_wait_ms()},
+                {"run", trace.ran, d.run_ms()},
+                {"total", true, d.total_ms()}};
+  // A phase the job never reached is not a zero-second observation.
+  for (const auto& p : phases) {
+    if (!p.happened) continue;
+    phase_seconds_.Add({{"backend", backend}, {"phase", p.phase}}, PhaseBuckets())
+        .Observe(p.ms / 1000.0);
+  }
+  if (result.status() == v1::INFRA_ERROR) {
+    // Every INFRA_ERROR path names its cause; one that did not is a kboxd bug.
+    const InfraCause cause =
+        trace.cause.infra == InfraCause::kNone ? InfraCause::kInternal : trace.cause.infra;
+    infra_errors_total_.Add({{"cause", std::string(InfraCauseName(cause))}}).Increment();
+    if (cause == InfraCause::kHarnessCrash) worker_crashes_total_.Add({{"worker", "harness"}}).Increment();
+  }
+  if (trace.cause.violation != ViolationKind::kNone) {
+    sandbox_violations_total_.Add({{"kind", std::string(ViolationKindName(trace.cause.violation))}})
+        .Increment();
   }
 }
 
@@ -120,8 +255,48 @@ void Metrics::RecordVerdicts(const static_check::CheckReport& report) {
 }
 
 void Metrics::RecordResponse(unsigned status_code) {
-  const std::string cls = std::to_string(std::min(status_code / 100, 5u)) + "xx";
+  const std::string cls = std::to_string(std::clamp(status_code / 100, 1u, 5u)) + "xx";
   responses_total_.Add({{"code", cls}}).Increment();
+}
+
+void Metrics::RecordZygoteEvent(const std::string& slot, ZygoteEvent event) {
+  const std::string device = DeviceOfSlot(slot);
+  switch (event) {
+    case ZygoteEvent::kStarted:
+      break;
+    case ZygoteEvent::kRestarted:
+      zygote_restarts_total_.Add({{"device", device}}).Increment();
+      break;
+    case ZygoteEvent::kDied:
+      worker_crashes_total_.Add({{"worker", "zygote"}}).Increment();
+      break;
+    case ZygoteEvent::kStartFailed:
+      zygote_start_failures_total_.Add({{"device", device}}).Increment();
+      break;
+  }
+}
+
+void Metrics::RecordQuarantine(uint32_t gpu) {
+  device_quarantines_total_.Add({{"device", DeviceLabel(gpu)}}).Increment();
+}
+
+void Metrics::SetQueueDepth(const std::string& queue, size_t jobs) {
+  queue_depth_.Add({{"queue", queue}}).Set(static_cast<double>(jobs));
+}
+
+void Metrics::SetRunSlots(const std::string& device, size_t busy, size_t idle, size_t quarantined) {
+  run_slots_.Add({{"device", device}, {"state", "busy"}}).Set(static_cast<double>(busy));
+  run_slots_.Add({{"device", device}, {"state", "idle"}}).Set(static_cast<double>(idle));
+  run_slots_.Add({{"device", device}, {"state", "quarantined"}}).Set(static_cast<double>(quarantined));
+}
+
+void Metrics::SetCompileSlots(size_t busy, size_t idle) {
+  compile_slots_.Add({{"state", "busy"}}).Set(static_cast<double>(busy));
+  compile_slots_.Add({{"state", "idle"}}).Set(static_cast<double>(idle));
+}
+
+void Metrics::SetDeviceHealthy(const std::string& device, bool healthy) {
+  device_healthy_.Add({{"device", device}}).Set(healthy ? 1 : 0);
 }
 
 std::string Metrics::Serialize() const {

@@ -1,12 +1,19 @@
 #pragma once
 
-// kboxd's Prometheus metrics, declared in one place. Label values come from
-// closed sets only (backend and status enum names, HTTP status classes, the
-// anti-cheat rule catalogue and its severities).
+// kboxd's Prometheus metrics, every one declared in metrics.cc's constructor
+// and documented in docs/metrics.md. Names are kbox_<what>_<unit>, counters
+// end in _total, and every label value comes from a closed set: backend and
+// status enum names, the device list of the configuration ("cpu", "gpu0"..),
+// HTTP status classes, the anti-cheat rule catalogue and its severities, and
+// the failure causes of daemon/failure_cause.h. Every series of those sets
+// exists from start-up (at 0), so rate() and absent-series alerts work from
+// the first scrape.
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
@@ -14,17 +21,42 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include "daemon/failure_cause.h"
 #include "kbox/v1/evaluation.pb.h"
 #include "policy/static_check/static_checker.h"
+#include "worker/zygote.h"
 
 namespace kbox {
 
+// The label value of a device: "cpu", or "gpu<index>".
+std::string DeviceLabel(std::optional<uint32_t> gpu);
+// The device a run slot belongs to: "cpu1" -> "cpu", "gpu2" -> "gpu2".
+std::string DeviceOfSlot(const std::string& slot);
+// The label value of a backend: "cpu", "cuda", "triton".
+std::string BackendLabel(v1::Backend backend);
+
+// The closed label sets that depend on the configuration.
+struct MetricLabelSets {
+  std::vector<v1::Backend> backends = {v1::BACKEND_CPU};  // Served backends.
+  std::vector<uint32_t> gpus;                              // GPU indices in use.
+};
+
+// What the evaluator saw of a finished job besides its public result.
+struct JobTrace {
+  bool checked = false;   // The static checker ran.
+  bool compiled = false;  // The compile stage ran, or a cached build was restored.
+  bool queued = false;    // It waited for, and got, a run slot.
+  bool ran = false;       // Its run stage ran.
+  FailureCause cause = {};
+};
+
 class Metrics {
  public:
-  Metrics();
+  explicit Metrics(const MetricLabelSets& sets = {});
 
-  // Counts a finished job and observes its phase durations.
-  void RecordJob(const v1::EvaluateResult& result);
+  // Counts a finished job; observes the durations of the phases it went
+  // through; counts its infra cause or sandbox violation.
+  void RecordJob(const v1::EvaluateResult& result, const JobTrace& trace);
   // Counts the findings of one run of the static checker (POST /v1/evaluate
   // and /v1/check alike) by rule and severity, and observes how long it took.
   void RecordStaticCheck(const static_check::CheckReport& report, double seconds);
@@ -32,10 +64,24 @@ class Metrics {
   void RecordVerdicts(const static_check::CheckReport& report);
   // Counts an HTTP response by its status code class ("2xx", "4xx", ...).
   void RecordResponse(unsigned status_code);
+  // A zygote's start, restart, death or failed start (worker/zygote.h).
+  void RecordZygoteEvent(const std::string& slot, ZygoteEvent event);
+  // A GPU taken out of service (daemon/device_health.h).
+  void RecordQuarantine(uint32_t gpu);
   // 1 while kboxd runs candidates without the sandbox.
   void SetInsecureMode(bool insecure) { insecure_mode_.Set(insecure ? 1 : 0); }
   // Jobs accepted and not finished.
   void SetJobsInFlight(double value) { jobs_in_flight_.Set(value); }
+  // max_in_flight_jobs: past it, submissions are refused (saturation).
+  void SetJobsInFlightLimit(double value) { jobs_in_flight_limit_.Set(value); }
+
+  // Point-in-time state, set just before each scrape (Evaluator::PublishGauges).
+  // `queue`: "compile", "run_cpu" or "run_gpu".
+  void SetQueueDepth(const std::string& queue, size_t jobs);
+  void SetRunSlots(const std::string& device, size_t busy, size_t idle, size_t quarantined);
+  void SetCompileSlots(size_t busy, size_t idle);
+  void SetDeviceHealthy(const std::string& device, bool healthy);
+
   // The build cache (docs/build-cache.md): a job that restored its build
   // from the cache (hit) or ran its compile stage with the cache on (miss).
   void RecordBuildCacheLookup(bool hit) { (hit ? build_cache_hits_ : build_cache_misses_).Increment(); }
@@ -56,8 +102,19 @@ class Metrics {
   prometheus::Family<prometheus::Histogram>& phase_seconds_;
   prometheus::Family<prometheus::Counter>& responses_total_;
   prometheus::Family<prometheus::Counter>& anticheat_verdicts_total_;
+  prometheus::Family<prometheus::Counter>& infra_errors_total_;
+  prometheus::Family<prometheus::Counter>& sandbox_violations_total_;
+  prometheus::Family<prometheus::Counter>& worker_crashes_total_;
+  prometheus::Family<prometheus::Counter>& zygote_restarts_total_;
+  prometheus::Family<prometheus::Counter>& zygote_start_failures_total_;
+  prometheus::Family<prometheus::Counter>& device_quarantines_total_;
+  prometheus::Family<prometheus::Gauge>& queue_depth_;
+  prometheus::Family<prometheus::Gauge>& run_slots_;
+  prometheus::Family<prometheus::Gauge>& compile_slots_;
+  prometheus::Family<prometheus::Gauge>& device_healthy_;
   prometheus::Histogram& static_check_seconds_;
   prometheus::Gauge& jobs_in_flight_;
+  prometheus::Gauge& jobs_in_flight_limit_;
   prometheus::Gauge& insecure_mode_;
   prometheus::Counter& build_cache_hits_;
   prometheus::Counter& build_cache_misses_;

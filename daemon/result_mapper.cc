@@ -11,6 +11,10 @@ namespace {
 using v1::EvaluateResult;
 using v1::StageReport;
 
+// How the harness words a candidate process killed by its strict filter
+// (worker/harness/kbox_harness/run_stage.py).
+constexpr std::string_view kStrictFilterWords = "killed by the strict seccomp filter";
+
 void Set(EvaluateResult& r, v1::Status status, std::string message) {
   r.set_status(status);
   r.set_message(std::move(message));
@@ -31,10 +35,17 @@ std::string LastLine(const std::string& text) {
   return nl == std::string::npos ? t : t.substr(nl + 1);
 }
 
-// What the sandbox stopped, in words, or "" when nothing was.
-std::string SandboxLimitHit(const StageOutcome& s) {
+struct LimitHit {
+  std::string what;  // In words; empty when no limit stopped the stage.
+  ViolationKind kind = ViolationKind::kNone;
+};
+
+// What the sandbox stopped, and which of its limits did.
+LimitHit SandboxLimitHit(const StageOutcome& s) {
   const ProcessOutcome& p = s.process;
-  if (s.memory_limit_hit) return "exceeded the job's memory limit and was killed";
+  if (s.memory_limit_hit) {
+    return {"exceeded the job's memory limit and was killed", ViolationKind::kMemoryLimit};
+  }
   if (p.end == ProcessOutcome::End::kSignaled && p.term_signal == SIGSYS) {
     // kbox-sandbox names the call its seccomp listener held (stage 1); the
     // harness's strict filter kills without a name.
@@ -43,55 +54,66 @@ std::string SandboxLimitHit(const StageOutcome& s) {
     if (at != std::string::npos) {
       const auto start = at + marker.size();
       const std::string name = p.output_tail.substr(start, p.output_tail.find('\n', start) - start);
-      return "made a system call the sandbox forbids: " + name + " (killed by seccomp)";
+      return {"made a system call the sandbox forbids: " + name + " (killed by seccomp)",
+              ViolationKind::kSeccomp};
     }
     // Without a name, the stacked strict filter killed it: it only takes
     // away process creation and exec (policy/seccomp/run_strict.policy).
-    return s.last_party == v1::CANDIDATE
-               ? "tried to create a process or run a program, which the sandbox forbids once "
-                 "candidate code runs (killed by the strict seccomp filter)"
-               : "made a system call the sandbox forbids (killed by seccomp)";
+    if (s.last_party == v1::CANDIDATE) {
+      return {"tried to create a process or run a program, which the sandbox forbids once "
+              "candidate code runs (killed by the strict seccomp filter)",
+              ViolationKind::kSeccompStrict};
+    }
+    return {"made a system call the sandbox forbids (killed by seccomp)", ViolationKind::kSeccomp};
   }
   if (p.end == ProcessOutcome::End::kSignaled && p.term_signal == SIGXFSZ) {
-    return "wrote a file larger than the sandbox allows";
+    return {"wrote a file larger than the sandbox allows", ViolationKind::kFileSizeLimit};
   }
   if (p.end == ProcessOutcome::End::kSignaled && p.term_signal == SIGXCPU) {
-    return "used more CPU time than the sandbox allows";
+    return {"used more CPU time than the sandbox allows", ViolationKind::kCpuTimeLimit};
   }
-  return "";
+  return {};
 }
 
 // A stage that ended without a usable report: attribute it to the party whose
 // code was running.
-void ApplyAbnormalEnd(const StageOutcome& s, v1::Phase phase, EvaluateResult& r) {
+void ApplyAbnormalEnd(const StageOutcome& s, v1::Phase phase, EvaluateResult& r,
+                      FailureCause& cause) {
   const ProcessOutcome& p = s.process;
   const std::string stage = phase == v1::PHASE_COMPILE ? "compile stage" : "run stage";
   const std::string how = DescribeEnd(p);
   const bool candidate = s.last_party == v1::CANDIDATE;
   const bool reference = s.last_party == v1::REFERENCE;
 
+  // Only the harness's own failures in a run stage can point at the device.
+  const bool run_stage = phase == v1::PHASE_RUN;
   if (p.end == ProcessOutcome::End::kSpawnFailed) {
     Set(r, v1::INFRA_ERROR, stage + " could not be started: " + p.spawn_error);
+    cause.infra = s.zygote_failed ? InfraCause::kZygoteDied : InfraCause::kStageSpawn;
     return;
   }
   if (s.sandbox_setup_failed) {
     Set(r, v1::INFRA_ERROR, stage + ": the sandbox could not be set up: " + LastLine(p.output_tail));
+    cause.infra = InfraCause::kSandboxSetup;
     return;
   }
   // A limit of the sandbox stopped whoever was running.
-  if (const std::string limit = SandboxLimitHit(s); !limit.empty()) {
+  if (const LimitHit limit = SandboxLimitHit(s); !limit.what.empty()) {
     if (candidate) {
-      Set(r, v1::SANDBOX_VIOLATION, "candidate " + limit);
-      SetError(r, phase, "SandboxViolation", limit);
+      Set(r, v1::SANDBOX_VIOLATION, "candidate " + limit.what);
+      SetError(r, phase, "SandboxViolation", limit.what);
+      cause.violation = limit.kind;
     } else if (reference) {
-      Set(r, v1::REFERENCE_ERROR, "reference " + limit);
+      Set(r, v1::REFERENCE_ERROR, "reference " + limit.what);
     } else {
-      Set(r, v1::INFRA_ERROR, "kbox's harness " + limit + " (a sandbox policy gap)");
+      Set(r, v1::INFRA_ERROR, "kbox's harness " + limit.what + " (a sandbox policy gap)");
+      cause.infra = InfraCause::kHarnessSandboxLimit;
     }
     return;
   }
   if (p.end == ProcessOutcome::End::kCancelled) {
     Set(r, v1::INFRA_ERROR, stage + " " + how + "; retry the job");
+    cause.infra = InfraCause::kCancelled;
     return;
   }
   if (p.end == ProcessOutcome::End::kTimedOut) {
@@ -101,11 +123,15 @@ void ApplyAbnormalEnd(const StageOutcome& s, v1::Phase phase, EvaluateResult& r)
     if (candidate) {
       Set(r, v1::TIMEOUT, msg + " while running candidate code");
       SetError(r, phase, "Timeout", msg);
+      cause.violation = ViolationKind::kWallTimeLimit;
     } else if (reference) {
       Set(r, v1::REFERENCE_ERROR, msg + " while running the reference");
       SetError(r, phase, "Timeout", msg);
     } else {
+      // A harness that hangs in its own code on a GPU: a hung device.
       Set(r, v1::INFRA_ERROR, msg + " while running kbox's harness");
+      cause.infra = InfraCause::kHarnessTimeout;
+      cause.device_suspect = run_stage;
     }
     return;
   }
@@ -114,10 +140,12 @@ void ApplyAbnormalEnd(const StageOutcome& s, v1::Phase phase, EvaluateResult& r)
     if (candidate) {
       Set(r, v1::RUNTIME_ERROR, "candidate " + msg);
       SetError(r, phase, "OutputLimitExceeded", msg);
+      cause.violation = ViolationKind::kOutputLimit;
     } else if (reference) {
       Set(r, v1::REFERENCE_ERROR, "reference " + msg);
     } else {
       Set(r, v1::INFRA_ERROR, msg + " while running kbox's harness");
+      cause.infra = InfraCause::kHarnessOutputLimit;
     }
     return;
   }
@@ -134,6 +162,10 @@ void ApplyAbnormalEnd(const StageOutcome& s, v1::Phase phase, EvaluateResult& r)
     SetError(r, phase, "ProcessExit", why);
   } else {
     Set(r, v1::INFRA_ERROR, why + " in kbox's harness");
+    // A malformed channel is a protocol fault; a silent death (a signal in
+    // the driver, an exit from a CUDA abort) is a crash the device explains.
+    cause.infra = s.protocol_error.empty() ? InfraCause::kHarnessCrash : InfraCause::kHarnessProtocol;
+    cause.device_suspect = run_stage && s.protocol_error.empty();
   }
 }
 
@@ -190,9 +222,11 @@ size_t Utf8SequenceLength(std::string_view s) {
 
 }  // namespace
 
-bool ApplyCompileStage(const StageOutcome& s, EvaluateResult& r) {
+bool ApplyCompileStage(const StageOutcome& s, EvaluateResult& r, FailureCause* cause) {
+  FailureCause ignored;
+  FailureCause& c = cause ? *cause : ignored;
   if (!s.report) {
-    ApplyAbnormalEnd(s, v1::PHASE_COMPILE, r);
+    ApplyAbnormalEnd(s, v1::PHASE_COMPILE, r, c);
     return false;
   }
   const StageReport& rep = *s.report;
@@ -205,17 +239,21 @@ bool ApplyCompileStage(const StageOutcome& s, EvaluateResult& r) {
       return false;
     case StageReport::HARNESS_FAILED:
       Set(r, v1::INFRA_ERROR, "harness failed in the compile stage: " + rep.message());
+      c.infra = InfraCause::kHarnessFailed;
       return false;
     default:
       Set(r, v1::INFRA_ERROR, "compile stage reported an unexpected outcome " +
                                   StageReport::Outcome_Name(rep.outcome()));
+      c.infra = InfraCause::kHarnessProtocol;
       return false;
   }
 }
 
-void ApplyRunStage(const StageOutcome& s, EvaluateResult& r) {
+void ApplyRunStage(const StageOutcome& s, EvaluateResult& r, FailureCause* cause) {
+  FailureCause ignored;
+  FailureCause& c = cause ? *cause : ignored;
   if (!s.report) {
-    ApplyAbnormalEnd(s, v1::PHASE_RUN, r);
+    ApplyAbnormalEnd(s, v1::PHASE_RUN, r, c);
     return;
   }
   const StageReport& rep = *s.report;
@@ -249,17 +287,28 @@ void ApplyRunStage(const StageOutcome& s, EvaluateResult& r) {
     case StageReport::CANDIDATE_VIOLATION:
       Set(r, v1::SANDBOX_VIOLATION, rep.message());
       *r.mutable_runtime_error() = rep.error();
+      // The harness reports two kinds: its strict filter killed the
+      // candidate's process (it says so), or its audit hook refused a call.
+      // Its words are all kboxd has; a forged report can only swap the two.
+      c.violation = rep.message().find(kStrictFilterWords) != std::string::npos
+                        ? ViolationKind::kSeccompStrict
+                        : ViolationKind::kAuditDenied;
       break;
     case StageReport::REFERENCE_FAILED:
       Set(r, v1::REFERENCE_ERROR, rep.message());
       *r.mutable_runtime_error() = rep.error();
       break;
     case StageReport::HARNESS_FAILED:
+      // The harness's own code raised: on a GPU, typically CUDA refusing to
+      // initialise or a sticky device error outside candidate code.
       Set(r, v1::INFRA_ERROR, "harness failed in the run stage: " + rep.message());
+      c.infra = InfraCause::kHarnessFailed;
+      c.device_suspect = true;
       break;
     default:
       Set(r, v1::INFRA_ERROR, "run stage reported an unexpected outcome " +
                                   StageReport::Outcome_Name(rep.outcome()));
+      c.infra = InfraCause::kHarnessProtocol;
       break;
   }
   // The candidate saw a failed fork or allocation and raised: the limit,
@@ -269,6 +318,7 @@ void ApplyRunStage(const StageOutcome& s, EvaluateResult& r) {
                                                : "hit the job's memory limit";
     r.set_status(v1::SANDBOX_VIOLATION);
     r.set_message("candidate " + limit + " (" + r.message() + ")");
+    c.violation = s.pids_limit_hit ? ViolationKind::kPidsLimit : ViolationKind::kMemoryLimit;
   }
   if (r.status() == v1::CORRECT && rep.has_candidate_timing() && rep.has_reference_timing()) {
     *r.mutable_candidate_timing() = rep.candidate_timing();

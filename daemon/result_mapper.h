@@ -6,6 +6,7 @@
 // reference is REFERENCE_ERROR; anything else is kbox's own INFRA_ERROR,
 // which a trainer must never be penalised for.
 
+#include "daemon/failure_cause.h"
 #include "kbox/v1/evaluation.pb.h"
 #include "worker/stage_runner.h"
 
@@ -13,11 +14,14 @@ namespace kbox {
 
 // Applies the compile stage's outcome. Returns true when the job goes on to
 // the run stage; otherwise `result` holds the final status and message.
-bool ApplyCompileStage(const StageOutcome& stage, v1::EvaluateResult& result);
+// `cause` (when given) gets the infra cause or violation kind of a failure.
+bool ApplyCompileStage(const StageOutcome& stage, v1::EvaluateResult& result,
+                       FailureCause* cause = nullptr);
 
 // Applies the run stage's outcome: status, message, errors, trials, timings,
-// speedup and the device fields of the fingerprint.
-void ApplyRunStage(const StageOutcome& stage, v1::EvaluateResult& result);
+// speedup and the device fields of the fingerprint; `cause` as above.
+void ApplyRunStage(const StageOutcome& stage, v1::EvaluateResult& result,
+                   FailureCause* cause = nullptr);
 
 // Sets `rewardable` from status and verdicts: CORRECT and no REJECT verdict.
 void FinalizeRewardable(v1::EvaluateResult& result);

@@ -3,7 +3,9 @@
 // Bounded pools of the things jobs wait for: compile workers (CPU only) and
 // device slots (one job per GPU at a time; a configured number of CPU slots).
 // A lease gives its slot back when destroyed, so an exception or an early
-// return can never leak a GPU.
+// return can never leak a GPU. A slot can be taken out of service (a
+// quarantined GPU, daemon/device_health.h): it is handed out again only once
+// it is put back; a job holding it keeps it until the lease ends.
 
 #include <chrono>
 #include <condition_variable>
@@ -45,13 +47,22 @@ class SlotPool {
   SlotPool(SlotPool&& other) noexcept;
   SlotPool(const SlotPool&) = delete;
 
-  // Blocks until a slot is free; slots are handed out first come, first served.
+  // Blocks until a slot in service is free; slots are handed out first come,
+  // first served.
   Lease Acquire();
+
+  // Takes `slot` out of service or puts it back; unknown slots are ignored.
+  void SetInService(uint32_t slot, bool in_service);
 
   size_t size() const { return total_; }
   size_t busy() const;
   // True when `slot` is leased now.
   bool IsBusy(uint32_t slot) const;
+  bool InService(uint32_t slot) const;
+  // Callers blocked in Acquire now (the queue in front of the pool).
+  size_t waiting() const;
+  // Free slots in service.
+  size_t idle() const;
 
  private:
   void Release(uint32_t slot);
@@ -60,6 +71,7 @@ class SlotPool {
   std::condition_variable freed_;
   std::deque<uint32_t> free_;
   std::vector<uint32_t> busy_;
+  std::vector<uint32_t> out_of_service_;
   size_t total_ = 0;
   uint64_t next_ticket_ = 0;     // FIFO fairness among waiters.
   uint64_t serving_ticket_ = 0;

@@ -183,6 +183,8 @@ StageOutcome StageRunner::RunSandboxed(const JobWorkspace& ws, v1::Stage stage,
   if (zygotes_ && stage == v1::STAGE_RUN && !placement.run_slot.empty()) {
     preforked = RunPreforked(placement.run_slot, spec_path, launcher);
   }
+  // A zygote's run ends as kSpawnFailed only when the zygote itself failed.
+  outcome.zygote_failed = preforked && preforked->end == ProcessOutcome::End::kSpawnFailed;
   outcome.process = preforked ? std::move(*preforked) : RunProcess(launcher);
   ::unlink(spec_path.c_str());
   if (cgroup) {
@@ -196,12 +198,13 @@ StageOutcome StageRunner::RunSandboxed(const JobWorkspace& ws, v1::Stage stage,
   return outcome;
 }
 
-void StageRunner::EnablePrefork(const std::string& enter_library) {
+void StageRunner::EnablePrefork(const std::string& enter_library, ZygoteObserver observer) {
   zygotes_ = std::make_shared<ZygotePool>(
       ZygoteSettings{.python = settings_.python,
                      .script = (settings_.harness_dir / "kbox_zygote.py").string(),
                      .enter_library = enter_library,
-                     .env = ZygoteEnvironment()});
+                     .env = ZygoteEnvironment(),
+                     .observer = std::move(observer)});
 }
 
 std::vector<std::string> StageRunner::ZygoteEnvironment() const {

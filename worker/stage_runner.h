@@ -86,6 +86,9 @@ struct StageOutcome {
   // The stage's cgroup limits were hit.
   bool memory_limit_hit = false;
   bool pids_limit_hit = false;
+  // The stage went to a pre-forked zygote, which died or broke its protocol
+  // (process.end is then kSpawnFailed): kbox's failure, never the candidate's.
+  bool zygote_failed = false;
 };
 
 // Decodes the newline-separated HarnessEvent JSON lines of a result pipe.
@@ -116,9 +119,10 @@ class StageRunner {
                                    const std::vector<std::string>& cgroup_procs) const;
 
   // Starts run stages through one zygote per slot (docs/prefork.md) from now
-  // on; needs the sandbox. `enter_library` is libkbox_sandbox_enter.so.
+  // on; needs the sandbox. `enter_library` is libkbox_sandbox_enter.so;
+  // `observer` (may be empty) hears every zygote's starts and deaths.
   // Compile stages, and run stages without a run_slot, stay fork+exec.
-  void EnablePrefork(const std::string& enter_library);
+  void EnablePrefork(const std::string& enter_library, ZygoteObserver observer = {});
   // The environment a zygote starts with: the stage's clean environment,
   // one thread for every library that would start a pool at import, and no
   // GPU; nothing of any job.

@@ -69,12 +69,18 @@ void Zygote::StopLocked() {
   pid_ = -1;
 }
 
+void Zygote::Notify(ZygoteEvent event) const {
+  if (settings_.observer) settings_.observer(settings_.slot, event);
+}
+
 std::optional<std::string> Zygote::StartLocked() {
   if (pid_ > 0) {
     // Still ours and alive? A zygote that died between jobs is replaced.
     if (::waitpid(pid_, nullptr, WNOHANG) == 0 && socket_.get() >= 0) return std::nullopt;
     pid_ = -1;
     socket_.reset();
+    died_ = true;
+    Notify(ZygoteEvent::kDied);
   }
   if (!start_error_.empty() && Clock::now() - start_failed_at_ < kStartRetryDelay) {
     return start_error_;
@@ -108,9 +114,13 @@ std::optional<std::string> Zygote::StartLocked() {
                    std::to_string(settings_.start_timeout.count()) +
                    " ms (its stderr is in kboxd's log)";
     start_failed_at_ = Clock::now();
+    Notify(ZygoteEvent::kStartFailed);
     return start_error_;
   }
   start_error_.clear();
+  Notify(ZygoteEvent::kStarted);
+  if (died_) Notify(ZygoteEvent::kRestarted);
+  died_ = false;
   return std::nullopt;
 }
 
@@ -174,6 +184,8 @@ std::optional<ProcessOutcome> Zygote::Run(const std::string& sandbox_spec,
     out.spawn_error = "the zygote (pid " + std::to_string(pid_) + ") did not fork the stage: " +
                       (reply ? *reply : std::string("no reply"));
     StopLocked();
+    died_ = true;
+    Notify(ZygoteEvent::kDied);
     return out;
   }
   const pid_t group = static_cast<pid_t>(child);
@@ -191,6 +203,8 @@ std::optional<ProcessOutcome> Zygote::Run(const std::string& sandbox_spec,
     ::kill(-group, SIGKILL);
     const pid_t dead = pid_;
     StopLocked();
+    died_ = true;
+    Notify(ZygoteEvent::kDied);
     // Nothing it reported counts: not the status, not the result channel.
     ProcessOutcome failed;
     failed.output_tail = std::move(out.output_tail);
@@ -206,7 +220,11 @@ std::optional<ProcessOutcome> Zygote::Run(const std::string& sandbox_spec,
 Zygote& ZygotePool::For(const std::string& slot) {
   std::lock_guard lock(mu_);
   auto& zygote = zygotes_[slot];
-  if (!zygote) zygote = std::make_unique<Zygote>(settings_);
+  if (!zygote) {
+    ZygoteSettings settings = settings_;
+    settings.slot = slot;
+    zygote = std::make_unique<Zygote>(std::move(settings));
+  }
   return *zygote;
 }
 

@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -22,6 +23,18 @@
 
 namespace kbox {
 
+// What happens to a zygote, for kboxd's metrics.
+enum class ZygoteEvent {
+  kStarted,      // Started and reported ready (every start, restarts included).
+  kRestarted,    // Started again after an earlier one of the same slot died.
+  kDied,         // Died, or broke its protocol, during a job or between jobs.
+  kStartFailed,  // Exited or stayed silent before reporting ready.
+};
+// Called with the slot ("gpu0", "cpu1") and the event, on the thread that
+// saw it, with the zygote's lock held: it must be quick and must not call
+// back into the zygote.
+using ZygoteObserver = std::function<void(const std::string& slot, ZygoteEvent event)>;
+
 struct ZygoteSettings {
   std::string python;        // Absolute path of the interpreter.
   std::string script;        // kbox_zygote.py.
@@ -31,6 +44,10 @@ struct ZygoteSettings {
   std::vector<std::string> env;
   // How long the imports may take before the zygote counts as not started.
   std::chrono::milliseconds start_timeout{180'000};
+  // Hears this zygote's events (may be empty).
+  ZygoteObserver observer = {};
+  // The device slot it serves, for the observer.
+  std::string slot = {};
 };
 
 // One zygote; one job at a time (a device slot runs one job at a time).
@@ -59,6 +76,7 @@ class Zygote {
  private:
   std::optional<std::string> StartLocked();
   void StopLocked();
+  void Notify(ZygoteEvent event) const;
   // Receives one protocol message within `timeout`; nullopt on EOF, error or timeout.
   std::optional<std::string> Receive(std::chrono::milliseconds timeout);
   // Reads "exit PID STATUS CPU_MS" for `child` into `out`; false if the zygote failed.
@@ -73,6 +91,7 @@ class Zygote {
   // try may cost the whole start_timeout, and fork+exec serves meanwhile.
   std::string start_error_;
   std::chrono::steady_clock::time_point start_failed_at_;
+  bool died_ = false;  // One died since the last start: the next start is a restart.
 };
 
 inline constexpr std::chrono::seconds kStartRetryDelay{60};

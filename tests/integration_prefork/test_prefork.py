@@ -12,11 +12,15 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                "integration_metrics"))
 import kbox_it as it  # noqa: E402
+import metrics_text  # noqa: E402
 
 START_TIMEOUT_S = 120
 JOB_TIMEOUT_S = 600
@@ -70,6 +74,19 @@ class Kboxd(object):
         assert reply.status == 200, reply.text
         return reply.json()
 
+    @staticmethod
+    def wait_until(predicate, timeout_s, what):
+        deadline = time.monotonic() + timeout_s
+        while not predicate():
+            if time.monotonic() > deadline:
+                pytest.fail("timed out waiting for " + what, pytrace=False)
+            time.sleep(0.05)
+
+    def metrics(self):
+        reply = it.request(self.port, "GET", "/metrics")
+        assert reply.status == 200, reply
+        return metrics_text.parse(reply.text)
+
     def zygotes(self):
         """Pids of this kboxd's zygote children."""
         found = []
@@ -95,6 +112,15 @@ class Kboxd(object):
         except subprocess.TimeoutExpired:
             self.proc.kill()
             return self.proc.wait()
+
+
+def exited(pid):
+    """True once `pid` is a zombie or gone."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
 
 
 def example(name):
@@ -124,6 +150,20 @@ def runs():
         out["example_prefork"] = pre.evaluate("example-2", example("reference.py"),
                                               example("candidate.py"), measure_performance=False)
         out["zygotes"] = (zygotes_after_first, pre.zygotes())
+        # A zygote killed between jobs is replaced at the next run stage, and
+        # counted (kbox_worker_crashes_total, kbox_zygote_restarts_total).
+        out["metrics_before_kill"] = pre.metrics()
+        for pid in out["zygotes"][1]:
+            os.kill(pid, signal.SIGKILL)
+        # A zombie (waitable, so kboxd sees it died) before the next job
+        # arrives: a zygote still exiting while a job asks it to fork costs
+        # that job instead (an INFRA_ERROR, as docs/prefork.md says).
+        pre.wait_until(lambda: all(exited(pid) for pid in out["zygotes"][1]), 30,
+                       "the killed zygote to become a zombie")
+        out["after_kill"] = pre.evaluate("example-after-kill", example("reference.py"),
+                                         example("candidate.py"), measure_performance=False)
+        out["metrics_after_kill"] = pre.metrics()
+        out["zygotes_after_kill"] = pre.zygotes()
         out["prefork_rc"] = pre.stop()
         out["prefork_log"] = pre.stderr()
         plain = Kboxd(root, "plain", [])
@@ -149,6 +189,21 @@ def test_one_zygote_served_every_job(runs):
     first, last = runs["zygotes"]
     assert len(first) == 1, runs["zygotes"]  # one CPU run slot: one zygote
     assert first == last, "the zygote was replaced: %s" % (runs["zygotes"],)
+
+
+def test_killed_zygote_is_restarted_and_counted(runs):
+    r = runs["after_kill"]
+    assert r["status"] == "CORRECT", it.describe(r)
+    killed, now = runs["zygotes"][1], runs["zygotes_after_kill"]
+    assert len(now) == 1 and now != killed, (killed, now)
+    before, after = runs["metrics_before_kill"], runs["metrics_after_kill"]
+    assert before.value("kbox_worker_crashes_total", worker="zygote") == 0
+    assert after.value("kbox_worker_crashes_total", worker="zygote") == 1
+    assert before.value("kbox_zygote_restarts_total", device="cpu") == 0
+    assert after.value("kbox_zygote_restarts_total", device="cpu") == 1
+    assert after.total("kbox_zygote_start_failures_total") == 0
+    # Killed between jobs: no job lost to it.
+    assert after.total("kbox_infra_errors_total") == 0
 
 
 @pytest.mark.parametrize("case", sorted(ESCAPES))

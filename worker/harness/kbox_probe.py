@@ -1,6 +1,11 @@
 """Prints one JSON object describing the worker's Python, torch and GPUs.
 
 Usage: python3 -s -B kbox_probe.py
+       python3 -s -B kbox_probe.py --device-check
+         kboxd's health probe of a quarantined GPU (daemon/device_health.h): run
+         with CUDA_VISIBLE_DEVICES naming that GPU alone; exits 0 when CUDA
+         initialises there and a small matmul gives the right answer, else
+         prints why and exits 1.
 """
 import json
 import os
@@ -51,7 +56,30 @@ def probe():
     return info
 
 
+def device_check():
+    """None when the one visible GPU works, else why not."""
+    try:
+        import torch
+        if not torch.cuda.is_available():
+            return "CUDA is not available"
+        torch.cuda.init()
+        x = torch.ones((64, 64), device="cuda:0")
+        total = float((x @ x).sum().item())
+        torch.cuda.synchronize(0)
+    except Exception as e:  # the device (or its driver) is what failed
+        return "%s: %s" % (type(e).__name__, e)
+    expected = 64.0 * 64 * 64
+    if total != expected:
+        return "matmul gave %r, expected %r" % (total, expected)
+    return None
+
+
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--device-check"]:
+        error = device_check()
+        sys.stdout.write(("device ok" if error is None else "device check failed: " + error) + "\n")
+        sys.stdout.flush()
+        sys.exit(0 if error is None else 1)
     sys.stdout.write(json.dumps(probe()) + "\n")
     sys.stdout.flush()
     sys.exit(0)

@@ -173,5 +173,52 @@ TEST(SlotPoolTest, ManyThreadsNeverExceedPoolSize) {
   EXPECT_EQ(pool.busy(), 0u);
 }
 
+// The queue depth kboxd exports: callers blocked in Acquire.
+TEST(SlotPoolTest, WaitingCountsBlockedCallers) {
+  SlotPool pool = SlotPool::Anonymous(1);
+  auto held = std::make_optional(pool.Acquire());
+  EXPECT_EQ(pool.waiting(), 0u);
+  EXPECT_EQ(pool.idle(), 0u);
+  std::promise<pid_t> tid;
+  std::thread waiter([&] {
+    tid.set_value(CurrentTid());
+    auto lease = pool.Acquire();
+  });
+  ASSERT_TRUE(WaitUntilBlocked(tid.get_future().get()));
+  EXPECT_EQ(pool.waiting(), 1u);
+  held.reset();
+  waiter.join();
+  EXPECT_EQ(pool.waiting(), 0u);
+  EXPECT_EQ(pool.idle(), 1u);
+}
+
+TEST(SlotPoolTest, SlotOutOfServiceIsNotHandedOutUntilPutBack) {
+  SlotPool pool({4, 7});
+  pool.SetInService(4, false);
+  pool.SetInService(99, false);  // Unknown: ignored.
+  EXPECT_FALSE(pool.InService(4));
+  EXPECT_TRUE(pool.InService(99));
+  EXPECT_EQ(pool.idle(), 1u);
+  auto only = std::make_optional(pool.Acquire());
+  EXPECT_EQ(only->slot(), 7u);
+  std::promise<pid_t> tid;
+  std::optional<uint32_t> got;
+  std::thread waiter([&] {
+    tid.set_value(CurrentTid());
+    got = pool.Acquire().slot();
+  });
+  // Slot 4 is free but out of service: the waiter blocks.
+  ASSERT_TRUE(WaitUntilBlocked(tid.get_future().get()));
+  EXPECT_EQ(pool.waiting(), 1u);
+  pool.SetInService(4, true);
+  waiter.join();
+  EXPECT_EQ(got, 4u);
+  // A leased slot taken out of service stays with its holder, then rests.
+  pool.SetInService(7, false);
+  EXPECT_TRUE(pool.IsBusy(7));
+  only.reset();
+  EXPECT_EQ(pool.idle(), 1u);  // Slot 4 only.
+}
+
 }  // namespace
 }  // namespace kbox

@@ -1,0 +1,71 @@
+#pragma once
+
+// Which GPUs kboxd trusts with jobs. A GPU whose run stage ended in a failure
+// of kbox's own harness that a broken device explains (it crashed, hung, or
+// raised outside candidate code: FailureCause::device_suspect) is
+// quarantined: its slot leaves the GPU pool (jobs wait for the other GPUs),
+// /readyz and kbox_device_healthy say so, and a background thread runs the
+// device probe on it every probe interval, once no job holds it, until a
+// probe passes; then it serves again.
+//
+// This is the minimal health model kboxd needs for readiness and metrics; it
+// does not read ECC or XID errors, nor probe healthy GPUs on a schedule (the
+// full GPU health checks are issue 8's). The CPU is never quarantined.
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "daemon/slot_pool.h"
+
+namespace kbox {
+
+class DeviceHealth {
+ public:
+  // Checks one GPU: nullopt when it works, else why not. Blocking.
+  using Probe = std::function<std::optional<std::string>(uint32_t gpu)>;
+  // Hears each quarantine and each recovery (may be empty).
+  using Observer = std::function<void(uint32_t gpu, bool healthy, const std::string& why)>;
+
+  // `pool` holds the GPU slots (by index) and must outlive this object.
+  DeviceHealth(SlotPool& pool, Probe probe, std::chrono::milliseconds probe_interval,
+               Observer observer = {});
+  ~DeviceHealth();
+  DeviceHealth(const DeviceHealth&) = delete;
+  DeviceHealth& operator=(const DeviceHealth&) = delete;
+
+  // Takes `gpu` out of service until a probe passes; a no-op when it is
+  // already quarantined.
+  void Quarantine(uint32_t gpu, const std::string& why);
+  bool Healthy(uint32_t gpu) const;
+
+ private:
+  void ProbeLoop();
+
+  SlotPool& pool_;
+  const Probe probe_;
+  const std::chrono::milliseconds interval_;
+  const Observer observer_;
+  mutable std::mutex mu_;
+  std::condition_variable wake_;
+  std::map<uint32_t, std::string> quarantined_;  // GPU -> why.
+  bool stopping_ = false;
+  std::thread prober_;  // Started at the first quarantine.
+};
+
+// The production probe: worker/harness/kbox_probe.py --device-check on that
+// GPU alone (CUDA initialised, a small matmul, synchronised), in a child
+// process under `limit`. Runs outside the sandbox like the start-up probe: it
+// runs only kbox's own code.
+std::optional<std::string> ProbeGpu(const std::string& python, const std::string& harness_dir,
+                                    const std::vector<std::string>& env, uint32_t gpu,
+                                    std::chrono::milliseconds limit);
+
+}  // namespace kbox
