@@ -12,11 +12,13 @@
 #include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <thread>
 
 #include "daemon/api_handler.h"
+#include "daemon/api_tokens.h"
 #include "daemon/config_loader.h"
 #include "daemon/evaluator.h"
 #include "daemon/host_probe.h"
@@ -92,6 +94,15 @@ std::vector<kbox::v1::Backend> ServedBackends(const kbox::v1::DaemonConfig& conf
   return out;
 }
 
+// Names only: a secret never reaches a log.
+void LogTokens(const char* what, const kbox::ApiTokens& tokens) {
+  const auto table = tokens.table();
+  std::string names;
+  for (const auto& name : table->names()) names += " " + name;
+  std::cerr << "kboxd: " << what << " " << table->size() << " API tokens from " << tokens.path()
+            << ":" << names << std::endl;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -123,6 +134,18 @@ int main(int argc, char** argv) {
   for (const auto& name : profiles->names()) profile_names += " " + name;
   std::cerr << "kboxd: anti-cheat profiles" << profile_names << " from " << anticheat_dir.string()
             << "; default " << profiles->default_name << std::endl;
+
+  // Tokens too, before the slow probe: a bad file fails start-up at once.
+  std::unique_ptr<kbox::ApiTokens> tokens;
+  if (config.api_tokens_file().empty()) {
+    std::cerr << "kboxd: WARNING: authentication off (no api_tokens_file): anyone who reaches "
+              << config.listen() << " may submit jobs" << std::endl;
+  } else {
+    auto opened = kbox::ApiTokens::Open(config.api_tokens_file());
+    if (!opened) return Fail("config api_tokens_file: " + opened.error());
+    tokens = std::move(*opened);
+    LogTokens("loaded", *tokens);
+  }
 
   std::error_code ec;
   fs::create_directories(config.work_dir(), ec);
@@ -189,7 +212,7 @@ int main(int argc, char** argv) {
   constexpr uint32_t kCheckThreads = 2;
   asio::thread_pool job_pool(config.max_in_flight_jobs() + kCheckThreads);
   kbox::ApiHandler handler(config, kbox::RequestPolicy(limits, std::move(*profiles)), evaluator,
-                           metrics, job_pool);
+                           metrics, job_pool, tokens.get());
 
   asio::io_context io;
   kbox::HttpServer server(io, handler,
@@ -222,6 +245,26 @@ int main(int argc, char** argv) {
         },
         asio::detached);
   });
+
+  // SIGHUP re-reads the tokens file; a bad file keeps the tokens in force.
+  asio::signal_set reload_signal(io, SIGHUP);
+  std::function<void()> await_reload = [&] {
+    reload_signal.async_wait([&](const boost::system::error_code& error, int) {
+      if (error) return;
+      if (tokens) {
+        if (auto reloaded = tokens->Reload(); reloaded) {
+          LogTokens("reloaded", *tokens);
+        } else {
+          std::cerr << "kboxd: ERROR: tokens not reloaded, keeping the " << tokens->table()->size()
+                    << " in force: " << reloaded.error() << std::endl;
+        }
+      } else {
+        std::cerr << "kboxd: SIGHUP: nothing to reload (no api_tokens_file)" << std::endl;
+      }
+      await_reload();
+    });
+  };
+  await_reload();
 
   std::string backend_names;
   for (auto b : backends) backend_names += " " + kbox::v1::Backend_Name(b);
