@@ -25,6 +25,7 @@
 #include "daemon/http_server.h"
 #include "daemon/metrics.h"
 #include "daemon/sandbox_setup.h"
+#include "daemon/tls_context.h"
 #include "daemon/version.h"
 
 namespace {
@@ -147,6 +148,14 @@ int main(int argc, char** argv) {
     LogTokens("loaded", *tokens);
   }
 
+  std::unique_ptr<kbox::TlsContext> tls;
+  if (!config.tls_cert_file().empty()) {
+    auto opened = kbox::TlsContext::Open(config.tls_cert_file(), config.tls_key_file());
+    if (!opened) return Fail("config " + opened.error());
+    tls = std::move(*opened);
+    std::cerr << "kboxd: TLS with " << config.tls_cert_file() << std::endl;
+  }
+
   std::error_code ec;
   fs::create_directories(config.work_dir(), ec);
   if (ec) return Fail("cannot create work_dir " + config.work_dir() + ": " + ec.message());
@@ -218,7 +227,8 @@ int main(int argc, char** argv) {
   kbox::HttpServer server(io, handler,
                           kbox::ServerLimits{.max_body_bytes = config.max_body_bytes(),
                                              .read_timeout = std::chrono::seconds(config.read_timeout_s()),
-                                             .write_timeout = std::chrono::seconds(config.write_timeout_s())});
+                                             .write_timeout = std::chrono::seconds(config.write_timeout_s())},
+                          tls.get());
   auto endpoint = server.Start(config.listen());
   if (!endpoint) return Fail(endpoint.error());
 
@@ -246,7 +256,8 @@ int main(int argc, char** argv) {
         asio::detached);
   });
 
-  // SIGHUP re-reads the tokens file; a bad file keeps the tokens in force.
+  // SIGHUP re-reads the tokens file and the TLS pair; a bad file keeps what
+  // is in force.
   asio::signal_set reload_signal(io, SIGHUP);
   std::function<void()> await_reload = [&] {
     reload_signal.async_wait([&](const boost::system::error_code& error, int) {
@@ -258,9 +269,16 @@ int main(int argc, char** argv) {
           std::cerr << "kboxd: ERROR: tokens not reloaded, keeping the " << tokens->table()->size()
                     << " in force: " << reloaded.error() << std::endl;
         }
-      } else {
-        std::cerr << "kboxd: SIGHUP: nothing to reload (no api_tokens_file)" << std::endl;
       }
+      if (tls) {
+        if (auto reloaded = tls->Reload(); reloaded) {
+          std::cerr << "kboxd: reloaded TLS certificate " << tls->cert_file() << std::endl;
+        } else {
+          std::cerr << "kboxd: ERROR: TLS certificate not reloaded, keeping the old one: "
+                    << reloaded.error() << std::endl;
+        }
+      }
+      if (!tokens && !tls) std::cerr << "kboxd: SIGHUP: nothing to reload" << std::endl;
       await_reload();
     });
   };
@@ -268,7 +286,8 @@ int main(int argc, char** argv) {
 
   std::string backend_names;
   for (auto b : backends) backend_names += " " + kbox::v1::Backend_Name(b);
-  std::cout << "kboxd " << kbox::kVersion << " listening on http://" << endpoint->address().to_string()
+  std::cout << "kboxd " << kbox::kVersion << " listening on " << (tls ? "https" : "http")
+            << "://" << endpoint->address().to_string()
             << ":" << endpoint->port() << std::endl;
   std::cerr << "kboxd: backends" << backend_names << "; gpus " << gpus.size() << "; work_dir "
             << config.work_dir() << "; harness " << config.harness_dir() << std::endl;
