@@ -263,6 +263,35 @@ def test_health_and_metrics_closed_when_configured(root):
         assert d.stop() == 0, d.stderr()[-4000:]
 
 
+def test_cli_sends_the_token_from_a_file_or_the_environment(kboxd, root):
+    kbox = os.path.join(it.bin_dir(), "kbox")
+    token_file = os.path.join(root, "cli-token")
+    with open(token_file, "w") as f:
+        f.write(BOB + "\n")  # as `echo` writes it
+    candidate = it.case_path("cand_matmul_operator.py")
+    env = dict(os.environ, KBOX_SERVER="http://127.0.0.1:%d" % kboxd.port)
+    env.pop("KBOX_TOKEN", None)
+
+    def run(args, extra_env=None):
+        return subprocess.run([kbox] + args, env=dict(env, **(extra_env or {})),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+
+    without = run(["check", candidate])
+    assert without.returncode == 2, without
+    assert b"(401)" in without.stderr and b"needs an API token" in without.stderr, without.stderr
+    with_file = run(["check", candidate, "--token-file", token_file])
+    assert with_file.returncode == 1, with_file  # 1: the strict profile rejects it
+    assert b"REJECTED" in with_file.stdout, with_file.stdout
+    info = run(["info"], {"KBOX_TOKEN": ALICE})
+    assert info.returncode == 0, info
+    assert json.loads(info.stdout)["token_name"] == "alice"
+    wrong = run(["info"], {"KBOX_TOKEN": WRONG})
+    assert wrong.returncode == 2 and b"not valid" in wrong.stderr, wrong
+    assert WRONG.encode() not in wrong.stderr
+    missing = run(["info", "--token-file", token_file + ".missing"])
+    assert missing.returncode == 2 and b"cannot read the token file" in missing.stderr, missing
+
+
 # -- whose jobs ------------------------------------------------------------------------------------
 
 def test_a_job_is_readable_only_with_the_token_that_submitted_it(kboxd):
