@@ -30,6 +30,9 @@ struct Refusal {
 
 // A read error that deserves an answer rather than a silent close.
 std::optional<Refusal> RefusalFor(const beast::error_code& ec, const ServerLimits& limits) {
+  // The client closed the connection (between requests, or in the middle of
+  // one): nobody to answer, and no malformed request to count.
+  if (ec == http::error::end_of_stream || ec == http::error::partial_message) return std::nullopt;
   if (ec == http::error::body_limit) {
     return Refusal{http::status::payload_too_large, "body",
                    "request body exceeds the limit of " + std::to_string(limits.max_body_bytes) +

@@ -292,6 +292,22 @@ def test_cli_sends_the_token_from_a_file_or_the_environment(kboxd, root):
     assert missing.returncode == 2 and b"cannot read the token file" in missing.stderr, missing
 
 
+def responses(kboxd, status_class):
+    """kbox_http_responses_total for one status class ("4xx"), read without a token."""
+    for line in kboxd.get("/metrics").text.splitlines():
+        if line.startswith('kbox_http_responses_total{code="%s"}' % status_class):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def test_each_401_counts_once_in_the_metrics(kboxd):
+    before = responses(kboxd, "4xx")
+    assert kboxd.get("/healthz").status == 200  # a clean close after it is no error
+    assert responses(kboxd, "4xx") == before
+    assert_unauthenticated(kboxd.get("/v1/info", WRONG), 'Bearer error="invalid_token"')
+    assert responses(kboxd, "4xx") == before + 1
+
+
 # -- whose jobs ------------------------------------------------------------------------------------
 
 def test_a_job_is_readable_only_with_the_token_that_submitted_it(kboxd):
