@@ -156,6 +156,36 @@ int main(int argc, char** argv) {
     std::cerr << "kboxd: TLS with " << config.tls_cert_file() << std::endl;
   }
 
+  asio::io_context io;
+  // SIGHUP re-reads the tokens file and the TLS pair; a bad file keeps what
+  // is in force. Caught from here on (a SIGHUP during the slow start-up
+  // below waits for io.run()), rather than ending kboxd by default.
+  asio::signal_set reload_signal(io, SIGHUP);
+  std::function<void()> await_reload = [&] {
+    reload_signal.async_wait([&](const boost::system::error_code& error, int) {
+      if (error) return;
+      if (tokens) {
+        if (auto reloaded = tokens->Reload(); reloaded) {
+          LogTokens("reloaded", *tokens);
+        } else {
+          std::cerr << "kboxd: ERROR: tokens not reloaded, keeping the " << tokens->table()->size()
+                    << " in force: " << reloaded.error() << std::endl;
+        }
+      }
+      if (tls) {
+        if (auto reloaded = tls->Reload(); reloaded) {
+          std::cerr << "kboxd: reloaded TLS certificate " << tls->cert_file() << std::endl;
+        } else {
+          std::cerr << "kboxd: ERROR: TLS certificate not reloaded, keeping the old one: "
+                    << reloaded.error() << std::endl;
+        }
+      }
+      if (!tokens && !tls) std::cerr << "kboxd: SIGHUP: nothing to reload" << std::endl;
+      await_reload();
+    });
+  };
+  await_reload();
+
   std::error_code ec;
   fs::create_directories(config.work_dir(), ec);
   if (ec) return Fail("cannot create work_dir " + config.work_dir() + ": " + ec.message());
@@ -223,7 +253,6 @@ int main(int argc, char** argv) {
   kbox::ApiHandler handler(config, kbox::RequestPolicy(limits, std::move(*profiles)), evaluator,
                            metrics, job_pool, tokens.get());
 
-  asio::io_context io;
   kbox::HttpServer server(io, handler,
                           kbox::ServerLimits{.max_body_bytes = config.max_body_bytes(),
                                              .read_timeout = std::chrono::seconds(config.read_timeout_s()),
@@ -255,34 +284,6 @@ int main(int argc, char** argv) {
         },
         asio::detached);
   });
-
-  // SIGHUP re-reads the tokens file and the TLS pair; a bad file keeps what
-  // is in force.
-  asio::signal_set reload_signal(io, SIGHUP);
-  std::function<void()> await_reload = [&] {
-    reload_signal.async_wait([&](const boost::system::error_code& error, int) {
-      if (error) return;
-      if (tokens) {
-        if (auto reloaded = tokens->Reload(); reloaded) {
-          LogTokens("reloaded", *tokens);
-        } else {
-          std::cerr << "kboxd: ERROR: tokens not reloaded, keeping the " << tokens->table()->size()
-                    << " in force: " << reloaded.error() << std::endl;
-        }
-      }
-      if (tls) {
-        if (auto reloaded = tls->Reload(); reloaded) {
-          std::cerr << "kboxd: reloaded TLS certificate " << tls->cert_file() << std::endl;
-        } else {
-          std::cerr << "kboxd: ERROR: TLS certificate not reloaded, keeping the old one: "
-                    << reloaded.error() << std::endl;
-        }
-      }
-      if (!tokens && !tls) std::cerr << "kboxd: SIGHUP: nothing to reload" << std::endl;
-      await_reload();
-    });
-  };
-  await_reload();
 
   std::string backend_names;
   for (auto b : backends) backend_names += " " + kbox::v1::Backend_Name(b);
