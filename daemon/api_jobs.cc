@@ -114,7 +114,8 @@ HttpResponse ApiHandler::Submit(const HttpRequest& req, const Caller& caller) {
   uint32_t fresh = 0;
   for (size_t i = 0; i < pending.size(); ++i) {
     Pending& p = pending[i];
-    p.admission = jobs_.Admit(caller.token, p.key, p.digest, [this] { return evaluator_.NextJobId(); }, now);
+    p.admission = jobs_.Admit(caller.token, p.key, p.digest,
+                              [this] { return evaluator_.NextJobId(); }, now);
     if (p.admission.conflict) {
       withdraw();
       return Error(http::status::conflict, "jobs[" + std::to_string(i) + "].idempotency_key",

@@ -101,11 +101,15 @@ boost::system::result<ApiTokenTable, std::string> ApiTokenTable::Parse(std::stri
       return where + "expected '<name> <secret> [max_concurrent_jobs]', got " +
              std::to_string(fields.size()) + " fields";
     }
-    if (fields.size() < 2) return where + "expected '<name> <secret> [max_concurrent_jobs]', got a name only";
+    if (fields.size() < 2) {
+      return where + "expected '<name> <secret> [max_concurrent_jobs]', got a name only";
+    }
     if (!ValidName(fields[0])) return where + "the name must be 1 to 64 of a-z, 0-9, '_' and '-'";
     const std::string_view secret = fields[1];
     if (secret.size() < kMinSecretChars) return where + "the secret must be at least 16 characters";
-    if (secret.size() > kMaxSecretChars) return where + "the secret must be at most 1024 characters";
+    if (secret.size() > kMaxSecretChars) {
+      return where + "the secret must be at most 1024 characters";
+    }
     if (!ValidSecretChars(secret)) return where + "the secret must be printable ASCII";
     uint32_t limit = 0;
     if (fields.size() == 3) {
@@ -196,15 +200,18 @@ Authentication ApiTokens::Authenticate(std::string_view authorization) const {
   std::string_view secret;
   if (bearer) {
     secret = authorization.substr(kScheme.size());
-    while (!secret.empty() && (secret.front() == ' ' || secret.front() == '\t')) secret.remove_prefix(1);
-    while (!secret.empty() && (secret.back() == ' ' || secret.back() == '\t')) secret.remove_suffix(1);
+    const size_t first = secret.find_first_not_of(" \t");
+    secret = first == std::string_view::npos
+                 ? std::string_view()
+                 : secret.substr(first, secret.find_last_not_of(" \t") - first + 1);
   }
   if (!bearer || secret.empty() || secret.size() > kMaxSecretChars) {
     auth.outcome = Authentication::Outcome::kMalformed;
     return auth;
   }
   auth.token = table()->Find(secret);
-  auth.outcome = auth.token ? Authentication::Outcome::kAccepted : Authentication::Outcome::kInvalid;
+  auth.outcome =
+      auth.token ? Authentication::Outcome::kAccepted : Authentication::Outcome::kInvalid;
   return auth;
 }
 

@@ -37,7 +37,9 @@ boost::system::result<std::shared_ptr<ssl::context>, std::string> LoadContext(
 
 TlsContext::TlsContext(std::string cert_file, std::string key_file,
                        std::shared_ptr<ssl::context> context)
-    : cert_file_(std::move(cert_file)), key_file_(std::move(key_file)), context_(std::move(context)) {}
+    : cert_file_(std::move(cert_file)),
+      key_file_(std::move(key_file)),
+      context_(std::move(context)) {}
 
 boost::system::result<std::unique_ptr<TlsContext>, std::string> TlsContext::Open(
     std::string cert_file, std::string key_file) {
