@@ -1,5 +1,8 @@
 #include "clients/http_client.h"
 
+#include <cstdlib>
+#include <fstream>
+
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -36,7 +39,8 @@ boost::system::result<HttpReply, ClientError> HttpCall(const ServerUrl& server,
                                                        const std::string& target,
                                                        const std::string& content_type,
                                                        const std::string& body,
-                                                       std::chrono::seconds timeout) {
+                                                       std::chrono::seconds timeout,
+                                                       const std::string& token) {
   boost::asio::io_context io;
   beast::tcp_stream stream(io);
   beast::error_code ec;
@@ -51,6 +55,7 @@ boost::system::result<HttpReply, ClientError> HttpCall(const ServerUrl& server,
   req.set(http::field::host, server.host);
   req.set(http::field::user_agent, "kbox-cli");
   if (!content_type.empty()) req.set(http::field::content_type, content_type);
+  if (!token.empty()) req.set(http::field::authorization, "Bearer " + token);
   req.body() = body;
   req.prepare_payload();
   stream.expires_after(timeout);
@@ -69,6 +74,24 @@ boost::system::result<HttpReply, ClientError> HttpCall(const ServerUrl& server,
   reply.body = res.body();
   stream.socket().shutdown(tcp::socket::shutdown_both, ec);
   return reply;
+}
+
+boost::system::result<std::string, ClientError> ResolveToken(const std::string& token_file) {
+  std::string token;
+  if (!token_file.empty()) {
+    std::ifstream in(token_file);
+    if (!in) return ClientError{"cannot read the token file " + token_file};
+    std::getline(in, token);
+    if (token.empty()) return ClientError{"the token file " + token_file + " is empty"};
+  } else if (const char* env = std::getenv("KBOX_TOKEN"); env != nullptr) {
+    token = env;
+  }
+  // A file written with `echo` or an editor ends in a newline or spaces.
+  while (!token.empty() && (token.back() == '\r' || token.back() == ' ' || token.back() == '\t')) {
+    token.pop_back();
+  }
+  // in_place: ClientError is an aggregate a string could build, too.
+  return {boost::system::in_place_value, std::move(token)};
 }
 
 }  // namespace kbox

@@ -29,11 +29,17 @@ struct HttpReply {
 };
 
 // Sends one request and waits up to `timeout` for the whole response.
+// `token` non-empty: sent as `Authorization: Bearer <token>`.
 boost::system::result<HttpReply, ClientError> HttpCall(const ServerUrl& server,
                                                        const std::string& method,
                                                        const std::string& target,
                                                        const std::string& content_type,
                                                        const std::string& body,
-                                                       std::chrono::seconds timeout);
+                                                       std::chrono::seconds timeout,
+                                                       const std::string& token = "");
+
+// The API token for kboxd: the first line of `token_file` when given, else
+// $KBOX_TOKEN, else "" (none). Errors name the file, never its contents.
+boost::system::result<std::string, ClientError> ResolveToken(const std::string& token_file);
 
 }  // namespace kbox

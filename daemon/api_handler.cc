@@ -20,15 +20,45 @@ namespace {
 // How long a client refused for load should wait before retrying, seconds.
 constexpr const char* kRetryAfterSeconds = "5";
 
+// The canonical name of each HTTP status kboxd answers with (the one table;
+// ErrorDetail in api.proto lists the same).
+const char* ErrorCodeName(http::status status) {
+  switch (status) {
+    case http::status::bad_request:
+    case http::status::payload_too_large:
+    case http::status::unsupported_media_type:
+    case http::status::request_header_fields_too_large:
+      return "INVALID_ARGUMENT";
+    case http::status::unauthorized:
+      return "UNAUTHENTICATED";
+    case http::status::not_found:
+      return "NOT_FOUND";
+    case http::status::method_not_allowed:
+      return "METHOD_NOT_ALLOWED";
+    case http::status::conflict:
+      return "ALREADY_EXISTS";
+    case http::status::too_many_requests:
+      return "RESOURCE_EXHAUSTED";
+    case http::status::service_unavailable:
+      return "UNAVAILABLE";
+    default:
+      return static_cast<unsigned>(status) < 500 ? "INVALID_ARGUMENT" : "INTERNAL";
+  }
+}
+
 }  // namespace
 
 ApiHandler::ApiHandler(const v1::DaemonConfig& config, RequestPolicy policy, Evaluator& evaluator,
-                       Metrics& metrics, boost::asio::thread_pool& job_pool)
+                       Metrics& metrics, boost::asio::thread_pool& job_pool,
+                       const ApiTokens* tokens)
     : config_(config),
       policy_(std::move(policy)),
       evaluator_(evaluator),
       metrics_(metrics),
       job_pool_(job_pool),
+      tokens_(tokens),
+      admission_(config.max_in_flight_jobs(),
+                 [&metrics](uint32_t in_flight) { metrics.SetJobsInFlight(in_flight); }),
       jobs_(JobStore::Options{.result_ttl = std::chrono::seconds(config.result_ttl_s()),
                               .max_jobs = config.max_stored_jobs()}) {}
 
@@ -49,15 +79,76 @@ HttpResponse ApiHandler::Error(http::status status, const std::string& field,
   error.set_code(static_cast<uint32_t>(status));
   error.set_field(field);
   error.set_message(message);
+  error.mutable_error()->set_code(ErrorCodeName(status));
+  error.mutable_error()->set_message(message);
   return Reply(status, error, encoding);
 }
 
-awaitable<HttpResponse> ApiHandler::Handle(HttpRequest req) {
-  const std::string target(req.target().substr(0, req.target().find('?')));
-  const bool keep_alive = req.keep_alive();
-  HttpResponse res;
-  const auto method = req.method();
+bool ApiHandler::NeedsToken(const std::string& target) const {
+  if (tokens_ == nullptr) return false;
+  if (target == "/healthz" || target == "/readyz") return config_.auth_required_for_health();
+  if (target == "/metrics") return config_.auth_required_for_metrics();
+  return true;  // Unknown paths too: which endpoints exist is not for strangers.
+}
 
+bool ApiHandler::Authenticate(const HttpRequest& req, const std::string& target, Caller& caller,
+                              HttpResponse& refusal) const {
+  if (!NeedsToken(target)) return true;
+  const Authentication auth = tokens_->Authenticate(req[http::field::authorization]);
+  if (auth.outcome == Authentication::Outcome::kAccepted) {
+    caller = Caller{.token = auth.token->name,
+                    .max_concurrent_jobs = auth.token->max_concurrent_jobs};
+    return true;
+  }
+  // Never the presented secret in the answer (or anywhere else).
+  std::string message;
+  switch (auth.outcome) {
+    case Authentication::Outcome::kMissing:
+      message = target + " needs an API token: send the header Authorization: Bearer <token>";
+      break;
+    case Authentication::Outcome::kMalformed:
+      message = "the Authorization header must be Bearer <token>";
+      break;
+    default:
+      message = "the bearer token is not valid (unknown or revoked)";
+  }
+  refusal = Error(http::status::unauthorized, "authorization", message);
+  // RFC 6750 section 3: no error code when no credentials were sent.
+  refusal.set(http::field::www_authenticate,
+              auth.outcome == Authentication::Outcome::kMissing ? "Bearer"
+                                                                : "Bearer error=\"invalid_token\"");
+  return false;
+}
+
+bool ApiHandler::AdmitOne(const Caller& caller, Encoding encoding, JobAdmission::Lease& lease,
+                          HttpResponse& refusal) {
+  auto leases = admission_.TryAcquire(caller.token, caller.max_concurrent_jobs);
+  if (!leases) {
+    refusal = AdmissionRefused(leases.error(), caller, 1, encoding);
+    return false;
+  }
+  lease = std::move(leases->front());
+  return true;
+}
+
+HttpResponse ApiHandler::AdmissionRefused(JobAdmission::Refusal refusal, const Caller& caller,
+                                          uint32_t n, Encoding encoding) const {
+  const std::string jobs = n == 1 ? "1 more job" : std::to_string(n) + " more jobs";
+  const std::string message =
+      refusal == JobAdmission::Refusal::kTokenFull
+          ? "token " + caller.token + " has no room for " + jobs + " (limit " +
+                std::to_string(caller.max_concurrent_jobs) + " in flight, " +
+                std::to_string(admission_.in_flight(caller.token)) + " now); retry later"
+          : "kboxd has no room for " + jobs + " (limit " +
+                std::to_string(config_.max_in_flight_jobs()) + " in flight); retry later";
+  HttpResponse res = Error(http::status::too_many_requests, "", message, encoding);
+  res.set(http::field::retry_after, kRetryAfterSeconds);
+  return res;
+}
+
+ApiHandler::Route ApiHandler::Resolve(const HttpRequest& req, const std::string& target,
+                                     Caller& caller, HttpResponse& res) {
+  const auto method = req.method();
   auto only = [&](http::verb verb) {
     if (method == verb) return true;
     res = Error(http::status::method_not_allowed, "method",
@@ -66,6 +157,7 @@ awaitable<HttpResponse> ApiHandler::Handle(HttpRequest req) {
     return false;
   };
 
+  if (!Authenticate(req, target, caller, res)) return Route::kAnswered;  // res is the 401.
   if (target == "/healthz") {
     if (only(http::verb::get)) {
       v1::HealthResponse health;
@@ -75,10 +167,10 @@ awaitable<HttpResponse> ApiHandler::Handle(HttpRequest req) {
   } else if (target == "/readyz") {
     if (only(http::verb::get)) res = Ready();
   } else if (target == "/v1/info") {
-    if (only(http::verb::get)) res = Info();
+    if (only(http::verb::get)) res = Info(caller);
   } else if (target == "/metrics") {
     if (only(http::verb::get)) {
-      metrics_.SetJobsInFlight(in_flight_.load());
+      metrics_.SetJobsInFlight(admission_.in_flight());
       evaluator_.PublishGauges();
       res = HttpResponse(http::status::ok, 11);
       res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
@@ -87,21 +179,42 @@ awaitable<HttpResponse> ApiHandler::Handle(HttpRequest req) {
       metrics_.RecordResponse(200);
     }
   } else if (target == "/v1/evaluate") {
-    if (only(http::verb::post)) res = co_await Evaluate(req);
+    if (only(http::verb::post)) return Route::kEvaluate;
   } else if (target == "/v1/check") {
-    if (only(http::verb::post)) res = co_await Check(req);
+    if (only(http::verb::post)) return Route::kCheck;
   } else if (target == "/v1/jobs") {
-    if (only(http::verb::post)) res = Submit(req);
+    if (only(http::verb::post)) res = Submit(req, caller);
   } else if (target.starts_with("/v1/jobs/") && target.size() > 9) {
-    if (only(http::verb::get)) res = co_await GetJob(req, target.substr(9));
+    if (only(http::verb::get)) return Route::kGetJob;
   } else {
     res = Error(http::status::not_found, "path", "no such endpoint: " + target);
+  }
+  return Route::kAnswered;
+}
+
+awaitable<HttpResponse> ApiHandler::Handle(HttpRequest req) {
+  const std::string target(req.target().substr(0, req.target().find('?')));
+  const bool keep_alive = req.keep_alive();
+  HttpResponse res;
+  Caller caller;
+  switch (Resolve(req, target, caller, res)) {
+    case Route::kAnswered:
+      break;
+    case Route::kEvaluate:
+      res = co_await Evaluate(req, caller);
+      break;
+    case Route::kCheck:
+      res = co_await Check(req);
+      break;
+    case Route::kGetJob:
+      res = co_await GetJob(req, target.substr(9), caller);
+      break;
   }
   res.keep_alive(keep_alive);
   co_return res;
 }
 
-awaitable<HttpResponse> ApiHandler::Evaluate(const HttpRequest& req) {
+awaitable<HttpResponse> ApiHandler::Evaluate(const HttpRequest& req, const Caller& caller) {
   const auto received = Evaluator::Clock::now();
   auto encoding = EncodingFromContentType(std::string(req[http::field::content_type]));
   if (!encoding) {
@@ -121,16 +234,9 @@ awaitable<HttpResponse> ApiHandler::Evaluate(const HttpRequest& req) {
     co_return Error(http::status::bad_request, job.error().field,
                     job.error().field + " " + job.error().message, *encoding);
   }
-  if (!TryAdmit()) {
-    auto res = Error(http::status::service_unavailable, "",
-                     "kboxd is at its limit of " +
-                         std::to_string(config_.max_in_flight_jobs()) +
-                         " jobs in flight; retry later",
-                     *encoding);
-    res.set(http::field::retry_after, kRetryAfterSeconds);
-    co_return res;
-  }
-  metrics_.SetJobsInFlight(in_flight_.load());
+  // Given back by hand below, or by its destructor if the evaluation throws.
+  JobAdmission::Lease lease;
+  if (HttpResponse refusal; !AdmitOne(caller, *encoding, lease, refusal)) co_return refusal;
   // The job blocks on child processes for seconds to minutes: run it on the
   // job pool and resume this coroutine on its I/O thread when it is done.
   v1::EvaluateResult result = co_await boost::asio::co_spawn(
@@ -139,8 +245,7 @@ awaitable<HttpResponse> ApiHandler::Evaluate(const HttpRequest& req) {
         co_return evaluator_.Evaluate(request, job->settings, job->anticheat, received);
       },
       boost::asio::use_awaitable);
-  in_flight_.fetch_sub(1);
-  metrics_.SetJobsInFlight(in_flight_.load());
+  lease.Release();
   co_return Reply(http::status::ok, result, *encoding);
 }
 
@@ -207,7 +312,7 @@ HttpResponse ApiHandler::Ready() const {
   return res;
 }
 
-HttpResponse ApiHandler::Info() const {
+HttpResponse ApiHandler::Info(const Caller& caller) const {
   v1::InfoResponse info;
   info.set_kbox_version(kVersion);
   for (v1::Backend b : policy_.limits().backends) info.add_backends(b);
@@ -223,7 +328,11 @@ HttpResponse ApiHandler::Info() const {
   info.set_compile_workers(config_.compile_workers());
   info.set_cpu_run_slots(config_.cpu_run_slots());
   info.set_max_in_flight_jobs(config_.max_in_flight_jobs());
-  info.set_jobs_in_flight(in_flight_.load());
+  info.set_jobs_in_flight(admission_.in_flight());
+  info.set_auth_enabled(tokens_ != nullptr);
+  info.set_token_name(caller.token);
+  info.set_token_max_concurrent_jobs(caller.max_concurrent_jobs);
+  if (tokens_ != nullptr) info.set_token_jobs_in_flight(admission_.in_flight(caller.token));
   info.set_max_body_bytes(config_.max_body_bytes());
   info.set_default_correctness_trials(policy_.limits().default_correctness_trials);
   info.set_max_time_limit_s(config_.max_time_limit_s());

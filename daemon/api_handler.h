@@ -4,12 +4,20 @@
 // 200 {"ready":true} while a run slot on a healthy device can take jobs and
 // kboxd is not draining, else 503 {"ready":false,"reason":...}), GET /v1/info, GET /metrics,
 // POST /v1/evaluate, POST /v1/check, and the asynchronous POST /v1/jobs and
-// GET /v1/jobs/<id> (api_jobs.cc). Every non-2xx answer carries an
-// ErrorResponse naming the offending field. Evaluation runs on the job thread
-// pool, never on an I/O thread, and at most max_in_flight_jobs at once (more
-// get 503 + Retry-After). /v1/check (static checks only, sub-millisecond) runs
-// on the job pool too but is not counted against that bound; kboxd sizes the
-// pool with threads to spare for it, so checks never wait behind evaluations.
+// GET /v1/jobs/<id> (api_jobs.cc); docs/api.md describes each. Every non-2xx
+// answer carries an ErrorResponse naming the offending field.
+//
+// With API tokens (api_tokens.h), every request but the health endpoints and
+// /metrics (unless the config says otherwise) needs `Authorization: Bearer
+// <secret>`, else 401. A job belongs to the token that submitted it: only
+// that token reads it, and idempotency keys are per token.
+//
+// Evaluation runs on the job thread pool, never on an I/O thread, and at most
+// max_in_flight_jobs at once, at most each token's max_concurrent_jobs for
+// that token (job_admission.h; more get 429 + Retry-After). /v1/check (static
+// checks only, sub-millisecond) runs on the job pool too but is not counted
+// against either bound; kboxd sizes the pool with threads to spare for it, so
+// checks never wait behind evaluations.
 
 #include <atomic>
 #include <optional>
@@ -19,7 +27,9 @@
 #include <boost/asio/thread_pool.hpp>
 #include <boost/beast/http.hpp>
 
+#include "daemon/api_tokens.h"
 #include "daemon/evaluator.h"
+#include "daemon/job_admission.h"
 #include "daemon/job_store.h"
 #include "daemon/message_codec.h"
 #include "daemon/metrics.h"
@@ -31,10 +41,18 @@ namespace kbox {
 using HttpRequest = boost::beast::http::request<boost::beast::http::string_body>;
 using HttpResponse = boost::beast::http::response<boost::beast::http::string_body>;
 
+// Who is asking: the token's name ("" when authentication is off) and its
+// max_concurrent_jobs (0: no per-token limit).
+struct Caller {
+  std::string token;
+  uint32_t max_concurrent_jobs = 0;
+};
+
 class ApiHandler {
  public:
+  // `tokens` null: no authentication. Otherwise it must outlive the handler.
   ApiHandler(const v1::DaemonConfig& config, RequestPolicy policy, Evaluator& evaluator,
-             Metrics& metrics, boost::asio::thread_pool& job_pool);
+             Metrics& metrics, boost::asio::thread_pool& job_pool, const ApiTokens* tokens);
 
   boost::asio::awaitable<HttpResponse> Handle(HttpRequest request);
 
@@ -42,34 +60,58 @@ class ApiHandler {
   HttpResponse Error(boost::beast::http::status status, const std::string& field,
                      const std::string& message, Encoding encoding = Encoding::kJson) const;
 
-  uint32_t jobs_in_flight() const { return in_flight_.load(); }
+  uint32_t jobs_in_flight() const { return admission_.in_flight(); }
   // kboxd is shutting down: /readyz answers 503 from now on.
   void StartDraining() { draining_.store(true); }
 
  private:
-  boost::asio::awaitable<HttpResponse> Evaluate(const HttpRequest& request);
+  // What Handle does with a request: answered here (`res` is set: every
+  // endpoint that does not wait, and every refusal), or a coroutine to await.
+  // (Not a coroutine itself, so that Handle's frame stays small: GCC 12 draws
+  // a false -Wmismatched-new-delete for large coroutines.)
+  enum class Route { kAnswered, kEvaluate, kCheck, kGetJob };
+  Route Resolve(const HttpRequest& request, const std::string& target, Caller& caller,
+                HttpResponse& res);
+  // Whether `target` needs a token under this configuration.
+  bool NeedsToken(const std::string& target) const;
+  // Sets `caller` and returns true, or sets `refusal` to the 401 to answer.
+  // (Out parameters: a result<Caller, HttpResponse> in Handle's coroutine
+  // frame draws GCC 12's false -Wmismatched-new-delete.)
+  bool Authenticate(const HttpRequest& request, const std::string& target, Caller& caller,
+                    HttpResponse& refusal) const;
+  boost::asio::awaitable<HttpResponse> Evaluate(const HttpRequest& request, const Caller& caller);
   boost::asio::awaitable<HttpResponse> Check(const HttpRequest& request);
-  HttpResponse Submit(const HttpRequest& request);
-  boost::asio::awaitable<HttpResponse> GetJob(const HttpRequest& request, std::string job_id);
-  // The job pool's side of a submitted job: run it, store the result.
+  HttpResponse Submit(const HttpRequest& request, const Caller& caller);
+  boost::asio::awaitable<HttpResponse> GetJob(const HttpRequest& request, std::string job_id,
+                                              const Caller& caller);
+  // The job pool's side of a submitted job: run it, give its place back,
+  // store the result (in that order: a client that sees DONE may submit
+  // again at once).
   void RunSubmitted(const v1::EvaluateRequest& request, const ResolvedJob& job,
-                    Evaluator::Clock::time_point received, const std::string& job_id);
+                    Evaluator::Clock::time_point received, const std::string& job_id,
+                    JobAdmission::Lease& lease);
   // GET /v1/jobs/<id>'s answer now, or nullopt to keep waiting.
-  std::optional<HttpResponse> JobAnswer(const std::string& job_id,
+  std::optional<HttpResponse> JobAnswer(const std::string& job_id, const Caller& caller,
                                         JobStore::Clock::time_point deadline);
-  HttpResponse Info() const;
+  // Takes one place for `caller`'s job into `lease`, or sets `refusal` to
+  // the 429 and returns false.
+  bool AdmitOne(const Caller& caller, Encoding encoding, JobAdmission::Lease& lease,
+                HttpResponse& refusal);
+  // The 429 for a refused admission of n jobs.
+  HttpResponse AdmissionRefused(JobAdmission::Refusal refusal, const Caller& caller, uint32_t n,
+                                Encoding encoding) const;
+  HttpResponse Info(const Caller& caller) const;
   HttpResponse Ready() const;
   HttpResponse Reply(boost::beast::http::status status, const google::protobuf::Message& body,
                      Encoding encoding) const;
-  // Reserves n of the max_in_flight_jobs places, all or none.
-  bool TryAdmit(uint32_t n = 1);
 
   const v1::DaemonConfig& config_;
   RequestPolicy policy_;
   Evaluator& evaluator_;
   Metrics& metrics_;
   boost::asio::thread_pool& job_pool_;
-  std::atomic<uint32_t> in_flight_{0};
+  const ApiTokens* tokens_;
+  JobAdmission admission_;
   std::atomic<bool> draining_{false};
   JobStore jobs_;
 };

@@ -61,17 +61,9 @@ int WaitSeconds(std::string_view target) {
 
 }  // namespace
 
-bool ApiHandler::TryAdmit(uint32_t n) {
-  uint32_t current = in_flight_.load();
-  while (current + n <= config_.max_in_flight_jobs()) {
-    if (in_flight_.compare_exchange_weak(current, current + n)) return true;
-  }
-  return false;
-}
-
 // Not a coroutine: nothing here waits, and protobuf messages in a coroutine
 // frame draw GCC 12's false -Wmismatched-new-delete.
-HttpResponse ApiHandler::Submit(const HttpRequest& req) {
+HttpResponse ApiHandler::Submit(const HttpRequest& req, const Caller& caller) {
   const auto received = Evaluator::Clock::now();
   auto encoding = EncodingFromContentType(std::string(req[http::field::content_type]));
   if (!encoding) {
@@ -94,6 +86,7 @@ HttpResponse ApiHandler::Submit(const HttpRequest& req) {
     std::shared_ptr<const ResolvedJob> job;
     std::string key, digest;
     JobStore::Admission admission;
+    JobAdmission::Lease lease;  // Fresh jobs only.
   };
   std::vector<Pending> pending;
   for (int i = 0; i < submit->jobs_size(); ++i) {
@@ -108,7 +101,8 @@ HttpResponse ApiHandler::Submit(const HttpRequest& req) {
                               .job = std::make_shared<const ResolvedJob>(std::move(*job)),
                               .key = item.idempotency_key(),
                               .digest = RequestDigest(item.request()),
-                              .admission = {}});
+                              .admission = {},
+                              .lease = {}});
   }
 
   const auto now = JobStore::Clock::now();
@@ -120,7 +114,8 @@ HttpResponse ApiHandler::Submit(const HttpRequest& req) {
   uint32_t fresh = 0;
   for (size_t i = 0; i < pending.size(); ++i) {
     Pending& p = pending[i];
-    p.admission = jobs_.Admit(p.key, p.digest, [this] { return evaluator_.NextJobId(); }, now);
+    p.admission = jobs_.Admit(caller.token, p.key, p.digest,
+                              [this] { return evaluator_.NextJobId(); }, now);
     if (p.admission.conflict) {
       withdraw();
       return Error(http::status::conflict, "jobs[" + std::to_string(i) + "].idempotency_key",
@@ -137,26 +132,34 @@ HttpResponse ApiHandler::Submit(const HttpRequest& req) {
     }
     if (!p.admission.existing) ++fresh;
   }
-  if (fresh > 0 && !TryAdmit(fresh)) {
-    withdraw();
-    auto res = Error(http::status::too_many_requests, "",
-                     "kboxd has no room for " + std::to_string(fresh) + " more jobs (limit " +
-                         std::to_string(config_.max_in_flight_jobs()) + " in flight); retry later",
-                     *encoding);
-    res.set(http::field::retry_after, kRetryAfterSeconds);
-    return res;
+  // Only fresh jobs take a place: a resubmitted key is the job already
+  // counted, so a retry at the token's limit still gets its job back.
+  if (fresh > 0) {
+    auto leases = admission_.TryAcquire(caller.token, caller.max_concurrent_jobs, fresh);
+    if (!leases) {
+      withdraw();
+      return AdmissionRefused(leases.error(), caller, fresh, *encoding);
+    }
+    size_t next = 0;
+    for (Pending& p : pending) {
+      if (!p.admission.existing) p.lease = std::move((*leases)[next++]);
+    }
   }
-  metrics_.SetJobsInFlight(in_flight_.load());
 
   v1::SubmitResponse response;
-  for (const Pending& p : pending) {
+  for (Pending& p : pending) {
     if (!p.admission.existing) {
       // Runs on the job pool like /v1/evaluate; the store holds the result.
-      boost::asio::post(job_pool_, [this, p, received] { RunSubmitted(*p.request, *p.job, received,
-                                                                      p.admission.job_id); });
+      // The lease travels with the job: were the job never run (kboxd
+      // stopping), destroying the task gives the place back.
+      boost::asio::post(job_pool_, [this, request = p.request, job = p.job, received,
+                                    job_id = p.admission.job_id,
+                                    lease = std::move(p.lease)]() mutable {
+        RunSubmitted(*request, *job, received, job_id, lease);
+      });
     }
     v1::JobStatus status;
-    if (auto known = jobs_.Get(p.admission.job_id, now)) status = std::move(*known);
+    if (auto known = jobs_.Get(p.admission.job_id, caller.token, now)) status = std::move(*known);
     status.set_job_id(p.admission.job_id);
     status.set_idempotency_key(p.key);
     status.set_existing(p.admission.existing);
@@ -166,18 +169,19 @@ HttpResponse ApiHandler::Submit(const HttpRequest& req) {
 }
 
 void ApiHandler::RunSubmitted(const v1::EvaluateRequest& request, const ResolvedJob& job,
-                              Evaluator::Clock::time_point received, const std::string& job_id) {
+                              Evaluator::Clock::time_point received, const std::string& job_id,
+                              JobAdmission::Lease& lease) {
   jobs_.MarkRunning(job_id);
-  jobs_.Complete(job_id, evaluator_.Evaluate(request, job.settings, job.anticheat, received, job_id),
-                 JobStore::Clock::now());
-  in_flight_.fetch_sub(1);
-  metrics_.SetJobsInFlight(in_flight_.load());
+  v1::EvaluateResult result =
+      evaluator_.Evaluate(request, job.settings, job.anticheat, received, job_id);
+  lease.Release();
+  jobs_.Complete(job_id, std::move(result), JobStore::Clock::now());
 }
 
-std::optional<HttpResponse> ApiHandler::JobAnswer(const std::string& job_id,
+std::optional<HttpResponse> ApiHandler::JobAnswer(const std::string& job_id, const Caller& caller,
                                                   JobStore::Clock::time_point deadline) {
   const auto now = JobStore::Clock::now();
-  auto status = jobs_.Get(job_id, now);
+  auto status = jobs_.Get(job_id, caller.token, now);
   if (!status) {
     return Error(http::status::not_found, "job_id",
                  "no job " + job_id + " (unknown, or its result expired)");
@@ -188,7 +192,8 @@ std::optional<HttpResponse> ApiHandler::JobAnswer(const std::string& job_id,
   return std::nullopt;
 }
 
-awaitable<HttpResponse> ApiHandler::GetJob(const HttpRequest& req, std::string job_id) {
+awaitable<HttpResponse> ApiHandler::GetJob(const HttpRequest& req, std::string job_id,
+                                           const Caller& caller) {
   const int wait = WaitSeconds(req.target());
   if (wait < 0) {
     co_return Error(http::status::bad_request, "wait", "wait must be a whole number of seconds");
@@ -196,7 +201,7 @@ awaitable<HttpResponse> ApiHandler::GetJob(const HttpRequest& req, std::string j
   const auto deadline = JobStore::Clock::now() + std::chrono::seconds(wait);
   boost::asio::steady_timer timer(co_await boost::asio::this_coro::executor);
   while (true) {
-    if (auto answer = JobAnswer(job_id, deadline)) co_return std::move(*answer);
+    if (auto answer = JobAnswer(job_id, caller, deadline)) co_return std::move(*answer);
     timer.expires_after(std::min<JobStore::Clock::duration>(kPollInterval,
                                                             deadline - JobStore::Clock::now()));
     co_await timer.async_wait(boost::asio::use_awaitable);

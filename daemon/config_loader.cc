@@ -107,6 +107,16 @@ boost::system::result<v1::DaemonConfig, FieldError> ApplyConfigDefaults(v1::Daem
       return FieldError{"sandbox_ro_paths", "must be absolute paths, got '" + path + "'"};
     }
   }
+  if (c.api_tokens_file().empty() && c.auth_required_for_metrics()) {
+    return FieldError{"auth_required_for_metrics", "needs api_tokens_file"};
+  }
+  if (c.api_tokens_file().empty() && c.auth_required_for_health()) {
+    return FieldError{"auth_required_for_health", "needs api_tokens_file"};
+  }
+  if (c.tls_cert_file().empty() != c.tls_key_file().empty()) {
+    return FieldError{c.tls_cert_file().empty() ? "tls_cert_file" : "tls_key_file",
+                      "tls_cert_file and tls_key_file are set together or not at all"};
+  }
   for (const auto& b : c.backends()) {
     if (b != "cpu" && b != "cuda" && b != "triton") {
       return FieldError{"backends", "unknown backend '" + b + "' (cpu, cuda, triton)"};
@@ -118,6 +128,7 @@ boost::system::result<v1::DaemonConfig, FieldError> ApplyConfigDefaults(v1::Daem
 boost::system::result<CommandLine, FieldError> ParseCommandLine(int argc,
                                                                 const char* const* argv) {
   std::string config_path, listen, python, work_dir, harness_dir;
+  std::string api_tokens_file, tls_cert_file, tls_key_file;
   unsigned cpu_slots = 0, compile_workers = 0, max_in_flight = 0;
   std::vector<unsigned> gpus;
   std::vector<std::string> backends;
@@ -137,7 +148,11 @@ boost::system::result<CommandLine, FieldError> ParseCommandLine(int argc,
       "compile-workers", po::value(&compile_workers), "compile stages at once")(
       "max-in-flight-jobs", po::value(&max_in_flight), "jobs accepted at once")(
       "gpu", po::value(&gpus)->multitoken(), "GPU index to use (repeatable); default: all")(
-      "backend", po::value(&backends)->multitoken(), "backend to serve (repeatable)");
+      "backend", po::value(&backends)->multitoken(), "backend to serve (repeatable)")(
+      "api-tokens-file", po::value(&api_tokens_file),
+      "bearer tokens file, '<name> <secret> [max_concurrent_jobs]' per line; re-read on SIGHUP")(
+      "tls-cert-file", po::value(&tls_cert_file), "PEM certificate chain: serve HTTPS (with --tls-key-file)")(
+      "tls-key-file", po::value(&tls_key_file), "PEM private key of --tls-cert-file");
 
   po::variables_map vm;
   try {
@@ -170,6 +185,13 @@ boost::system::result<CommandLine, FieldError> ParseCommandLine(int argc,
   if (!python.empty()) c.set_python(python);
   if (!work_dir.empty()) c.set_work_dir(std::filesystem::absolute(work_dir).string());
   if (!harness_dir.empty()) c.set_harness_dir(std::filesystem::absolute(harness_dir).string());
+  // Absolute, so that a SIGHUP reload reads the same files whatever the
+  // working directory is by then.
+  if (!api_tokens_file.empty()) {
+    c.set_api_tokens_file(std::filesystem::absolute(api_tokens_file).string());
+  }
+  if (!tls_cert_file.empty()) c.set_tls_cert_file(std::filesystem::absolute(tls_cert_file).string());
+  if (!tls_key_file.empty()) c.set_tls_key_file(std::filesystem::absolute(tls_key_file).string());
   if (vm.count("keep-job-dirs")) c.set_keep_job_dirs(true);
   if (vm.count("danger-insecure-no-sandbox")) c.set_danger_insecure_no_sandbox(true);
   if (vm.count("preforked-run-stage")) c.set_preforked_run_stage(true);

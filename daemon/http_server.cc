@@ -6,6 +6,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 
 namespace kbox {
 namespace asio = boost::asio;
@@ -29,6 +30,9 @@ struct Refusal {
 
 // A read error that deserves an answer rather than a silent close.
 std::optional<Refusal> RefusalFor(const beast::error_code& ec, const ServerLimits& limits) {
+  // The client closed the connection (between requests, or in the middle of
+  // one): nobody to answer, and no malformed request to count.
+  if (ec == http::error::end_of_stream || ec == http::error::partial_message) return std::nullopt;
   if (ec == http::error::body_limit) {
     return Refusal{http::status::payload_too_large, "body",
                    "request body exceeds the limit of " + std::to_string(limits.max_body_bytes) +
@@ -44,11 +48,52 @@ std::optional<Refusal> RefusalFor(const beast::error_code& ec, const ServerLimit
   return std::nullopt;
 }
 
+// One connection's requests, plain or TLS: read, answer, repeat while the
+// client keeps the connection alive.
+template <class Stream>
+asio::awaitable<void> Serve(Stream& stream, ApiHandler& handler, const ServerLimits& limits) {
+  auto& lowest = beast::get_lowest_layer(stream);
+  beast::flat_buffer buffer;
+  for (;;) {
+    http::request_parser<http::string_body> parser;
+    parser.header_limit(limits.max_header_bytes);
+    parser.body_limit(limits.max_body_bytes);
+    lowest.expires_after(limits.read_timeout);
+    auto [read_ec, bytes] = co_await http::async_read(stream, buffer, parser, kUseTuple);
+    (void)bytes;
+    if (read_ec) {
+      if (auto refusal = RefusalFor(read_ec, limits)) {
+        auto res = handler.Error(refusal->status, refusal->field, refusal->message);
+        res.keep_alive(false);
+        lowest.expires_after(limits.write_timeout);
+        co_await http::async_write(stream, res, kUseTuple);
+        beast::error_code ignored;
+        lowest.socket().shutdown(tcp::socket::shutdown_send, ignored);
+        // Swallow the rest of the upload for a moment so the client reads
+        // our answer instead of a reset.
+        lowest.expires_after(kDiscardWindow);
+        for (;;) {
+          buffer.clear();
+          auto [ec, n] = co_await lowest.async_read_some(buffer.prepare(64 * 1024), kUseTuple);
+          if (ec || n == 0) break;
+        }
+      }
+      co_return;  // Timeout, reset or clean end of stream: just close.
+    }
+    lowest.expires_never();  // The job has its own limits.
+    HttpResponse res = co_await handler.Handle(parser.release());
+    lowest.expires_after(limits.write_timeout);
+    auto [write_ec, written] = co_await http::async_write(stream, res, kUseTuple);
+    (void)written;
+    if (write_ec || !res.keep_alive()) co_return;
+  }
+}
+
 }  // namespace
 
-HttpServer::HttpServer(asio::io_context& io, ApiHandler& handler, ServerLimits limits)
-    : io_(io), handler_(handler), limits_(limits), acceptor_(io) {}
-
+HttpServer::HttpServer(asio::io_context& io, ApiHandler& handler, ServerLimits limits,
+                       const TlsContext* tls)
+    : io_(io), handler_(handler), limits_(limits), tls_(tls), acceptor_(io) {}
 boost::system::result<tcp::endpoint, std::string> HttpServer::Start(const std::string& host_port) {
   const auto colon = host_port.rfind(':');
   if (colon == std::string::npos) return "listen address must be HOST:PORT, got " + host_port;
@@ -94,43 +139,24 @@ asio::awaitable<void> HttpServer::AcceptLoop() {
 }
 
 asio::awaitable<void> HttpServer::Session(tcp::socket socket) {
-  beast::tcp_stream stream(std::move(socket));
-  beast::flat_buffer buffer;
-  for (;;) {
-    http::request_parser<http::string_body> parser;
-    parser.header_limit(limits_.max_header_bytes);
-    parser.body_limit(limits_.max_body_bytes);
-    stream.expires_after(limits_.read_timeout);
-    auto [read_ec, bytes] = co_await http::async_read(stream, buffer, parser, kUseTuple);
-    (void)bytes;
-    if (read_ec) {
-      if (auto refusal = RefusalFor(read_ec, limits_)) {
-        auto res = handler_.Error(refusal->status, refusal->field, refusal->message);
-        res.keep_alive(false);
-        stream.expires_after(limits_.write_timeout);
-        co_await http::async_write(stream, res, kUseTuple);
-        beast::error_code ignored;
-        stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
-        // Swallow the rest of the upload for a moment so the client reads
-        // our answer instead of a reset.
-        stream.expires_after(kDiscardWindow);
-        for (;;) {
-          buffer.clear();
-          auto [ec, n] = co_await stream.async_read_some(buffer.prepare(64 * 1024), kUseTuple);
-          if (ec || n == 0) break;
-        }
-      }
-      break;  // Timeout, reset or clean end of stream: just close.
-    }
-    stream.expires_never();  // The job has its own limits.
-    HttpResponse res = co_await handler_.Handle(parser.release());
-    stream.expires_after(limits_.write_timeout);
-    auto [write_ec, written] = co_await http::async_write(stream, res, kUseTuple);
-    (void)written;
-    if (write_ec || !res.keep_alive()) break;
-  }
+  beast::tcp_stream plain(std::move(socket));
   beast::error_code ignored;
-  stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+  if (tls_ == nullptr) {
+    co_await Serve(plain, handler_, limits_);
+    plain.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    co_return;
+  }
+  // This connection keeps the context it started with across a reload.
+  const auto context = tls_->current();
+  beast::ssl_stream<beast::tcp_stream> stream(std::move(plain), *context);
+  auto& lowest = beast::get_lowest_layer(stream);
+  lowest.expires_after(limits_.read_timeout);
+  auto [handshake_ec] = co_await stream.async_handshake(asio::ssl::stream_base::server, kUseTuple);
+  if (handshake_ec) co_return;  // Plain HTTP, an old protocol, a port scan: just close.
+  co_await Serve(stream, handler_, limits_);
+  lowest.expires_after(limits_.write_timeout);
+  co_await stream.async_shutdown(kUseTuple);  // close_notify; a peer already gone is fine.
+  lowest.socket().shutdown(tcp::socket::shutdown_both, ignored);
 }
 
 }  // namespace kbox

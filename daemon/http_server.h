@@ -1,9 +1,10 @@
 #pragma once
 
 // kboxd's HTTP/1.1 server (Boost.Beast, C++20 coroutines): a timeout on every
-// read and write, a header and body limit on every request, keep-alive, and a
-// clear 4xx for anything malformed. Requests go to ApiHandler one at a time
-// per connection.
+// read and write (and on the TLS handshake), a header and body limit on every
+// request, keep-alive, and a clear 4xx for anything malformed. Requests go to
+// ApiHandler one at a time per connection. With a TlsContext the listener
+// speaks HTTPS only.
 
 #include <chrono>
 #include <cstdint>
@@ -14,6 +15,7 @@
 #include <boost/system/result.hpp>
 
 #include "daemon/api_handler.h"
+#include "daemon/tls_context.h"
 
 namespace kbox {
 
@@ -26,7 +28,9 @@ struct ServerLimits {
 
 class HttpServer {
  public:
-  HttpServer(boost::asio::io_context& io, ApiHandler& handler, ServerLimits limits);
+  // `tls` null: plain HTTP. Otherwise it must outlive the server.
+  HttpServer(boost::asio::io_context& io, ApiHandler& handler, ServerLimits limits,
+             const TlsContext* tls = nullptr);
 
   // Binds "HOST:PORT" (port 0 picks a free one) and starts accepting.
   boost::system::result<boost::asio::ip::tcp::endpoint, std::string> Start(
@@ -42,6 +46,7 @@ class HttpServer {
   boost::asio::io_context& io_;
   ApiHandler& handler_;
   ServerLimits limits_;
+  const TlsContext* tls_;
   boost::asio::ip::tcp::acceptor acceptor_;
 };
 

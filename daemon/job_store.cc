@@ -4,14 +4,15 @@
 
 namespace kbox {
 
-JobStore::Admission JobStore::Admit(const std::string& key, const std::string& digest,
+JobStore::Admission JobStore::Admit(const std::string& owner, const std::string& key,
+                                    const std::string& digest,
                                     const std::function<std::string()>& new_id,
                                     Clock::time_point now) {
   std::lock_guard<std::mutex> lock(mu_);
   ExpireLocked(now);
   Admission admission;
   if (!key.empty()) {
-    if (auto known = by_key_.find(key); known != by_key_.end()) {
+    if (auto known = by_key_.find({owner, key}); known != by_key_.end()) {
       const Entry& entry = jobs_.at(known->second);
       admission.job_id = known->second;
       admission.existing = true;
@@ -24,6 +25,7 @@ JobStore::Admission JobStore::Admit(const std::string& key, const std::string& d
     return admission;
   }
   Entry entry;
+  entry.owner = owner;
   entry.key = key;
   entry.digest = digest;
   admission.job_id = new_id();
@@ -31,7 +33,7 @@ JobStore::Admission JobStore::Admit(const std::string& key, const std::string& d
   entry.status.set_idempotency_key(key);
   entry.status.set_state(v1::JobStatus::QUEUED);
   jobs_.emplace(admission.job_id, std::move(entry));
-  if (!key.empty()) by_key_.emplace(key, admission.job_id);
+  if (!key.empty()) by_key_.emplace(std::make_pair(owner, key), admission.job_id);
   return admission;
 }
 
@@ -39,7 +41,7 @@ void JobStore::Withdraw(const std::string& job_id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end() || it->second.status.state() != v1::JobStatus::QUEUED) return;
-  if (!it->second.key.empty()) by_key_.erase(it->second.key);
+  if (!it->second.key.empty()) by_key_.erase({it->second.owner, it->second.key});
   jobs_.erase(it);
 }
 
@@ -61,11 +63,13 @@ void JobStore::Complete(const std::string& job_id, v1::EvaluateResult result,
   expiry_.emplace(now, job_id);
 }
 
-std::optional<v1::JobStatus> JobStore::Get(const std::string& job_id, Clock::time_point now) {
+std::optional<v1::JobStatus> JobStore::Get(const std::string& job_id, const std::string& owner,
+                                           Clock::time_point now) {
   std::lock_guard<std::mutex> lock(mu_);
   ExpireLocked(now);
   auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return std::nullopt;
+  // Another owner's job reads as unknown: its id must not leak.
+  if (it == jobs_.end() || it->second.owner != owner) return std::nullopt;
   return it->second.status;
 }
 
@@ -79,7 +83,7 @@ void JobStore::ExpireLocked(Clock::time_point now) {
   // reaches its result.
   while (!expiry_.empty() && now - expiry_.begin()->first >= options_.result_ttl) {
     if (auto it = jobs_.find(expiry_.begin()->second); it != jobs_.end()) {
-      if (!it->second.key.empty()) by_key_.erase(it->second.key);
+      if (!it->second.key.empty()) by_key_.erase({it->second.owner, it->second.key});
       jobs_.erase(it);
     }
     expiry_.erase(expiry_.begin());

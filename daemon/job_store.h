@@ -9,6 +9,11 @@
 // overwrite. Results stay for result_ttl after they are done; the store holds
 // at most max_jobs entries (a submission past that is refused, not evicting a
 // result a client may still fetch).
+//
+// Every job has an owner (the API token's name; "" when authentication is
+// off): idempotency keys are scoped per owner, and a job is visible to its
+// owner only, so one client can neither see another's results nor learn
+// which ids exist.
 
 #include <chrono>
 #include <cstddef>
@@ -17,6 +22,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "kbox/v1/api.pb.h"
 #include "kbox/v1/evaluation.pb.h"
@@ -41,10 +47,11 @@ class JobStore {
 
   explicit JobStore(Options options) : options_(options) {}
 
-  // Registers a job (state QUEUED) under a fresh id from `new_id`, unless
-  // `key` is non-empty and names a live job: then that job, with `existing`
-  // (and `conflict` when `digest`, a hash of the request, differs).
-  Admission Admit(const std::string& key, const std::string& digest,
+  // Registers a job (state QUEUED) of `owner` under a fresh id from
+  // `new_id`, unless `key` is non-empty and names a live job of `owner`:
+  // then that job, with `existing` (and `conflict` when `digest`, a hash of
+  // the request, differs).
+  Admission Admit(const std::string& owner, const std::string& key, const std::string& digest,
                   const std::function<std::string()>& new_id, Clock::time_point now);
 
   // Forgets a job admitted but never started (its batch was refused).
@@ -53,13 +60,16 @@ class JobStore {
   void MarkRunning(const std::string& job_id);
   void Complete(const std::string& job_id, v1::EvaluateResult result, Clock::time_point now);
 
-  // The job's state (with its result once DONE); nullopt when unknown or expired.
-  std::optional<v1::JobStatus> Get(const std::string& job_id, Clock::time_point now);
+  // The job's state (with its result once DONE); nullopt when unknown,
+  // expired, or not `owner`'s.
+  std::optional<v1::JobStatus> Get(const std::string& job_id, const std::string& owner,
+                                   Clock::time_point now);
 
   size_t size() const;
 
  private:
   struct Entry {
+    std::string owner;
     std::string key;
     std::string digest;
     v1::JobStatus status;
@@ -71,7 +81,8 @@ class JobStore {
   const Options options_;
   mutable std::mutex mu_;
   std::map<std::string, Entry> jobs_;           // By job id.
-  std::map<std::string, std::string> by_key_;   // Idempotency key -> job id.
+  // (owner, idempotency key) -> job id.
+  std::map<std::pair<std::string, std::string>, std::string> by_key_;
   std::multimap<Clock::time_point, std::string> expiry_;  // Done time -> job id.
 };
 

@@ -12,17 +12,20 @@
 #include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <thread>
 
 #include "daemon/api_handler.h"
+#include "daemon/api_tokens.h"
 #include "daemon/config_loader.h"
 #include "daemon/evaluator.h"
 #include "daemon/host_probe.h"
 #include "daemon/http_server.h"
 #include "daemon/metrics.h"
 #include "daemon/sandbox_setup.h"
+#include "daemon/tls_context.h"
 #include "daemon/version.h"
 
 namespace {
@@ -92,6 +95,15 @@ std::vector<kbox::v1::Backend> ServedBackends(const kbox::v1::DaemonConfig& conf
   return out;
 }
 
+// Names only: a secret never reaches a log.
+void LogTokens(const char* what, const kbox::ApiTokens& tokens) {
+  const auto table = tokens.table();
+  std::string names;
+  for (const auto& name : table->names()) names += " " + name;
+  std::cerr << "kboxd: " << what << " " << table->size() << " API tokens from " << tokens.path()
+            << ":" << names << std::endl;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -123,6 +135,56 @@ int main(int argc, char** argv) {
   for (const auto& name : profiles->names()) profile_names += " " + name;
   std::cerr << "kboxd: anti-cheat profiles" << profile_names << " from " << anticheat_dir.string()
             << "; default " << profiles->default_name << std::endl;
+
+  // Tokens too, before the slow probe: a bad file fails start-up at once.
+  std::unique_ptr<kbox::ApiTokens> tokens;
+  if (config.api_tokens_file().empty()) {
+    std::cerr << "kboxd: WARNING: authentication off (no api_tokens_file): anyone who reaches "
+              << config.listen() << " may submit jobs" << std::endl;
+  } else {
+    auto opened = kbox::ApiTokens::Open(config.api_tokens_file());
+    if (!opened) return Fail("config api_tokens_file: " + opened.error());
+    tokens = std::move(*opened);
+    LogTokens("loaded", *tokens);
+  }
+
+  std::unique_ptr<kbox::TlsContext> tls;
+  if (!config.tls_cert_file().empty()) {
+    auto opened = kbox::TlsContext::Open(config.tls_cert_file(), config.tls_key_file());
+    if (!opened) return Fail("config " + opened.error());
+    tls = std::move(*opened);
+    std::cerr << "kboxd: TLS with " << config.tls_cert_file() << std::endl;
+  }
+
+  asio::io_context io;
+  // SIGHUP re-reads the tokens file and the TLS pair; a bad file keeps what
+  // is in force. Caught from here on (a SIGHUP during the slow start-up
+  // below waits for io.run()), rather than ending kboxd by default.
+  asio::signal_set reload_signal(io, SIGHUP);
+  std::function<void()> await_reload = [&] {
+    reload_signal.async_wait([&](const boost::system::error_code& error, int) {
+      if (error) return;
+      if (tokens) {
+        if (auto reloaded = tokens->Reload(); reloaded) {
+          LogTokens("reloaded", *tokens);
+        } else {
+          std::cerr << "kboxd: ERROR: tokens not reloaded, keeping the " << tokens->table()->size()
+                    << " in force: " << reloaded.error() << std::endl;
+        }
+      }
+      if (tls) {
+        if (auto reloaded = tls->Reload(); reloaded) {
+          std::cerr << "kboxd: reloaded TLS certificate " << tls->cert_file() << std::endl;
+        } else {
+          std::cerr << "kboxd: ERROR: TLS certificate not reloaded, keeping the old one: "
+                    << reloaded.error() << std::endl;
+        }
+      }
+      if (!tokens && !tls) std::cerr << "kboxd: SIGHUP: nothing to reload" << std::endl;
+      await_reload();
+    });
+  };
+  await_reload();
 
   std::error_code ec;
   fs::create_directories(config.work_dir(), ec);
@@ -190,13 +252,13 @@ int main(int argc, char** argv) {
   constexpr uint32_t kCheckThreads = 2;
   asio::thread_pool job_pool(config.max_in_flight_jobs() + kCheckThreads);
   kbox::ApiHandler handler(config, kbox::RequestPolicy(limits, std::move(*profiles)), evaluator,
-                           metrics, job_pool);
+                           metrics, job_pool, tokens.get());
 
-  asio::io_context io;
   kbox::HttpServer server(io, handler,
                           kbox::ServerLimits{.max_body_bytes = config.max_body_bytes(),
                                              .read_timeout = std::chrono::seconds(config.read_timeout_s()),
-                                             .write_timeout = std::chrono::seconds(config.write_timeout_s())});
+                                             .write_timeout = std::chrono::seconds(config.write_timeout_s())},
+                          tls.get());
   auto endpoint = server.Start(config.listen());
   if (!endpoint) return Fail(endpoint.error());
 
@@ -227,7 +289,8 @@ int main(int argc, char** argv) {
 
   std::string backend_names;
   for (auto b : backends) backend_names += " " + kbox::v1::Backend_Name(b);
-  std::cout << "kboxd " << kbox::kVersion << " listening on http://" << endpoint->address().to_string()
+  std::cout << "kboxd " << kbox::kVersion << " listening on " << (tls ? "https" : "http")
+            << "://" << endpoint->address().to_string()
             << ":" << endpoint->port() << std::endl;
   std::cerr << "kboxd: backends" << backend_names << "; gpus " << gpus.size() << "; work_dir "
             << config.work_dir() << "; harness " << config.harness_dir() << std::endl;

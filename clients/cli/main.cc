@@ -6,6 +6,9 @@
 //             [--rule ID=SEVERITY ...] [--json]
 //   kbox info --server URL [--json]
 //
+// Every command takes --token-file PATH (else $KBOX_TOKEN): the API token
+// kboxd wants when it has api_tokens_file (docs/api.md).
+//
 // Exit status: 0 when the server answered with a result (a wrong kernel is a
 // result, not a failure; for `check`: no verdict rejects); 1 (`check` only)
 // when an anti-cheat rule rejects the candidate; 2 for usage errors and
@@ -51,6 +54,7 @@ const char* kUsage =
     "--profile names an anti-cheat profile of the server (`kbox info` lists them);\n"
     "--rule ID=SEVERITY (repeatable) sets one rule to reject, suspicious, info or off.\n"
     "The server URL defaults to $KBOX_SERVER, then http://127.0.0.1:8080.\n"
+    "--token-file PATH (every command) sends the API token in PATH; else $KBOX_TOKEN, if set.\n"
     "Exit status: 0 answered (eval: any result; check: nothing rejected);\n"
     "  1 check: an anti-cheat rule rejects the candidate;\n"
     "  2 usage error, or the server refused the request (4xx);\n"
@@ -134,12 +138,14 @@ std::string ToJson(const google::protobuf::Message& message) {
 
 int Eval(const std::vector<std::string>& args) {
   std::string server = DefaultServer(), reference, candidate, backend = "cpu", precision = "fp32";
+  std::string token_file;
   unsigned trials = 0, time_limit = 0, perf_trials = 0;
   int64_t seed = -1;
   std::string request_id, profile;
   std::vector<std::string> rules;
   po::options_description desc("kbox eval options");
   desc.add_options()("server", po::value(&server), "kboxd URL (default $KBOX_SERVER)")(
+      "token-file", po::value(&token_file), "file holding the API token (default $KBOX_TOKEN)")(
       "reference", po::value(&reference), "reference .py (class Model, get_inputs, get_init_inputs)")(
       "candidate", po::value(&candidate), "candidate .py (class ModelNew)")(
       "backend", po::value(&backend), "cpu, cuda or triton (default cpu)")(
@@ -184,8 +190,10 @@ int Eval(const std::vector<std::string>& args) {
 
   auto url = kbox::ParseServerUrl(server);
   if (!url) return Usage(url.error().message);
+  auto token = kbox::ResolveToken(token_file);
+  if (!token) return Usage(token.error().message);
   auto reply = kbox::HttpCall(*url, "POST", "/v1/evaluate", "application/x-protobuf",
-                              req.SerializeAsString(), kEvalTimeout);
+                              req.SerializeAsString(), kEvalTimeout, *token);
   if (!reply) {
     std::cerr << "kbox: " << reply.error().message << "\n";
     return kServerError;
@@ -202,10 +210,12 @@ int Eval(const std::vector<std::string>& args) {
 
 int Check(const std::vector<std::string>& args) {
   std::string server = DefaultServer(), file, reference, backend = "cpu", precision = "fp32";
+  std::string token_file;
   std::string profile, request_id;
   std::vector<std::string> rules;
   po::options_description desc("kbox check options");
   desc.add_options()("server", po::value(&server), "kboxd URL (default $KBOX_SERVER)")(
+      "token-file", po::value(&token_file), "file holding the API token (default $KBOX_TOKEN)")(
       "file", po::value(&file), "candidate .py to check (the positional FILE)")(
       "reference", po::value(&reference), "reference .py (optional: lets the checks know its names)")(
       "backend", po::value(&backend), "cpu, cuda or triton (default cpu)")(
@@ -247,8 +257,10 @@ int Check(const std::vector<std::string>& args) {
 
   auto url = kbox::ParseServerUrl(server);
   if (!url) return Usage(url.error().message);
+  auto token = kbox::ResolveToken(token_file);
+  if (!token) return Usage(token.error().message);
   auto reply = kbox::HttpCall(*url, "POST", "/v1/check", "application/x-protobuf",
-                              req.SerializeAsString(), kCheckTimeout);
+                              req.SerializeAsString(), kCheckTimeout, *token);
   if (!reply) {
     std::cerr << "kbox: " << reply.error().message << "\n";
     return kServerError;
@@ -264,9 +276,11 @@ int Check(const std::vector<std::string>& args) {
 }
 
 int Info(const std::vector<std::string>& args) {
-  std::string server = DefaultServer();
+  std::string server = DefaultServer(), token_file;
   po::options_description desc("kbox info options");
-  desc.add_options()("server", po::value(&server), "kboxd URL")("json", "print raw JSON");
+  desc.add_options()("server", po::value(&server), "kboxd URL")(
+      "token-file", po::value(&token_file), "file holding the API token (default $KBOX_TOKEN)")(
+      "json", "print raw JSON");
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(args).options(desc).run(), vm);
@@ -276,7 +290,9 @@ int Info(const std::vector<std::string>& args) {
   }
   auto url = kbox::ParseServerUrl(server);
   if (!url) return Usage(url.error().message);
-  auto reply = kbox::HttpCall(*url, "GET", "/v1/info", "", "", kInfoTimeout);
+  auto token = kbox::ResolveToken(token_file);
+  if (!token) return Usage(token.error().message);
+  auto reply = kbox::HttpCall(*url, "GET", "/v1/info", "", "", kInfoTimeout, *token);
   if (!reply) {
     std::cerr << "kbox: " << reply.error().message << "\n";
     return kServerError;

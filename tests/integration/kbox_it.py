@@ -275,7 +275,7 @@ def describe(result):
 
 
 def read_ready_line(proc, timeout):
-    """kboxd's "listening on" line from proc's stdout within timeout seconds
+    """kboxd's "listening on" line (http or https) from proc's stdout within timeout seconds
     (a reader thread: readline alone would block past it), and the lines
     seen; (None, seen) when it exited or the time ran out."""
     lines = queue.Queue()
@@ -300,5 +300,5 @@ def read_ready_line(proc, timeout):
             return None, seen
         text = line.decode("utf-8", "replace").strip()
         seen.append(text)
-        if " listening on http://" in text:
+        if " listening on http://" in text or " listening on https://" in text:
             return text, seen

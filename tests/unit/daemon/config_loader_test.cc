@@ -248,6 +248,42 @@ TEST(ConfigLoaderTest, RelativeDirectoryFlagsBecomeAbsolute) {
   EXPECT_EQ(cl->config.harness_dir(), (fs::current_path() / "h").string());
 }
 
+TEST(ConfigLoaderTest, AccessFlagsBecomeAbsolutePaths) {
+  const auto cl = Parse({"--api-tokens-file", "tokens", "--tls-cert-file", "c.pem",
+                         "--tls-key-file", "k.pem"});
+  ASSERT_TRUE(cl);
+  EXPECT_EQ(cl->config.api_tokens_file(), (fs::current_path() / "tokens").string());
+  EXPECT_EQ(cl->config.tls_cert_file(), (fs::current_path() / "c.pem").string());
+  EXPECT_EQ(cl->config.tls_key_file(), (fs::current_path() / "k.pem").string());
+}
+
+// Authentication and TLS are off unless asked for; asking for half of
+// either is a configuration error, never a silently open endpoint.
+TEST(ConfigLoaderTest, AccessSettings) {
+  v1::DaemonConfig config;
+  const auto defaults = ApplyConfigDefaults(config, 4);
+  ASSERT_TRUE(defaults);
+  EXPECT_EQ(defaults->api_tokens_file(), "");
+  EXPECT_FALSE(defaults->auth_required_for_metrics());
+  EXPECT_FALSE(defaults->auth_required_for_health());
+  EXPECT_EQ(defaults->tls_cert_file(), "");
+
+  config.set_auth_required_for_metrics(true);
+  EXPECT_EQ(DefaultsErrorField(config), "auth_required_for_metrics");
+  config.set_auth_required_for_metrics(false);
+  config.set_auth_required_for_health(true);
+  EXPECT_EQ(DefaultsErrorField(config), "auth_required_for_health");
+  config.set_api_tokens_file("/etc/kbox/tokens/tokens");
+  EXPECT_EQ(DefaultsErrorField(config), "");
+
+  config.set_tls_cert_file("/etc/kbox/tls/tls.crt");
+  EXPECT_EQ(DefaultsErrorField(config), "tls_key_file");
+  config.set_tls_key_file("/etc/kbox/tls/tls.key");
+  EXPECT_EQ(DefaultsErrorField(config), "");
+  config.clear_tls_cert_file();
+  EXPECT_EQ(DefaultsErrorField(config), "tls_cert_file");
+}
+
 // Pre-forked run stages share the zygote's memory image and ASLR layout
 // between jobs (docs/prefork.md): never on unless asked for.
 TEST(ConfigLoaderTest, PreforkedRunStageIsOffUnlessAsked) {

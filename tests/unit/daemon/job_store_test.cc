@@ -11,9 +11,13 @@ using std::chrono::seconds;
 
 class JobStoreTest : public ::testing::Test {
  protected:
-  JobStore::Admission Admit(const std::string& key, const std::string& digest = "d") {
-    return store_.Admit(key, digest, [this] { return "job-" + std::to_string(++ids_); }, now_);
+  JobStore::Admission Admit(const std::string& key, const std::string& digest = "d",
+                            const std::string& owner = kOwner) {
+    return store_.Admit(owner, key, digest, [this] { return "job-" + std::to_string(++ids_); },
+                        now_);
   }
+
+  static constexpr const char* kOwner = "alice";
 
   JobStore::Clock::time_point now_ = JobStore::Clock::now();
   int ids_ = 0;
@@ -24,7 +28,7 @@ TEST_F(JobStoreTest, NewJobIsQueuedUnderAFreshId) {
   const auto a = Admit("k1");
   EXPECT_EQ(a.job_id, "job-1");
   EXPECT_FALSE(a.existing || a.conflict || a.full);
-  const auto status = store_.Get("job-1", now_);
+  const auto status = store_.Get("job-1", kOwner, now_);
   ASSERT_TRUE(status.has_value());
   EXPECT_EQ(status->state(), v1::JobStatus::QUEUED);
   EXPECT_EQ(status->idempotency_key(), "k1");
@@ -55,12 +59,12 @@ TEST_F(JobStoreTest, JobsWithoutKeysAreAlwaysNew) {
 TEST_F(JobStoreTest, ResultIsKeptUntilItsTimeToLive) {
   Admit("k1");
   store_.MarkRunning("job-1");
-  EXPECT_EQ(store_.Get("job-1", now_)->state(), v1::JobStatus::RUNNING);
+  EXPECT_EQ(store_.Get("job-1", kOwner, now_)->state(), v1::JobStatus::RUNNING);
   v1::EvaluateResult result;
   result.set_job_id("job-1");
   result.set_status(v1::CORRECT);
   store_.Complete("job-1", result, now_);
-  const auto done = store_.Get("job-1", now_ + seconds(59));
+  const auto done = store_.Get("job-1", kOwner, now_ + seconds(59));
   ASSERT_TRUE(done.has_value());
   EXPECT_EQ(done->state(), v1::JobStatus::DONE);
   EXPECT_EQ(done->result().status(), v1::CORRECT);
@@ -68,14 +72,14 @@ TEST_F(JobStoreTest, ResultIsKeptUntilItsTimeToLive) {
   now_ += seconds(59);
   EXPECT_EQ(Admit("k1").job_id, "job-1");
   // Past it, the job and its key are forgotten.
-  EXPECT_FALSE(store_.Get("job-1", now_ + seconds(2)).has_value());
+  EXPECT_FALSE(store_.Get("job-1", kOwner, now_ + seconds(2)).has_value());
   now_ += seconds(2);
   EXPECT_EQ(Admit("k1").job_id, "job-2");
 }
 
 TEST_F(JobStoreTest, UnfinishedJobsNeverExpire) {
   Admit("k1");
-  EXPECT_TRUE(store_.Get("job-1", now_ + seconds(100000)).has_value());
+  EXPECT_TRUE(store_.Get("job-1", kOwner, now_ + seconds(100000)).has_value());
 }
 
 TEST_F(JobStoreTest, FullStoreRefusesAndEvictsNothing) {
@@ -92,11 +96,37 @@ TEST_F(JobStoreTest, FullStoreRefusesAndEvictsNothing) {
 TEST_F(JobStoreTest, WithdrawForgetsAQueuedJobAndItsKey) {
   Admit("k1");
   store_.Withdraw("job-1");
-  EXPECT_FALSE(store_.Get("job-1", now_).has_value());
+  EXPECT_FALSE(store_.Get("job-1", kOwner, now_).has_value());
   EXPECT_EQ(Admit("k1").job_id, "job-2");
   store_.MarkRunning("job-2");
   store_.Withdraw("job-2");  // Running jobs stay.
-  EXPECT_TRUE(store_.Get("job-2", now_).has_value());
+  EXPECT_TRUE(store_.Get("job-2", kOwner, now_).has_value());
+}
+
+TEST_F(JobStoreTest, IdempotencyKeysArePerOwner) {
+  const auto alice = Admit("k1", "digest-a", "alice");
+  const auto bob = Admit("k1", "digest-b", "bob");  // Same key, other owner: no conflict.
+  EXPECT_FALSE(bob.existing || bob.conflict);
+  EXPECT_NE(alice.job_id, bob.job_id);
+  const auto again = Admit("k1", "digest-b", "bob");
+  EXPECT_TRUE(again.existing);
+  EXPECT_FALSE(again.conflict);
+  EXPECT_EQ(again.job_id, bob.job_id);
+}
+
+TEST_F(JobStoreTest, AJobIsVisibleToItsOwnerOnly) {
+  const auto alice = Admit("k1", "d", "alice");
+  EXPECT_TRUE(store_.Get(alice.job_id, "alice", now_).has_value());
+  EXPECT_FALSE(store_.Get(alice.job_id, "bob", now_).has_value());
+  EXPECT_FALSE(store_.Get(alice.job_id, "", now_).has_value());
+}
+
+TEST_F(JobStoreTest, WithdrawFreesTheKeyOfItsOwnerOnly) {
+  Admit("k1", "d", "alice");
+  const auto bob = Admit("k1", "d", "bob");
+  store_.Withdraw(bob.job_id);
+  EXPECT_TRUE(Admit("k1", "d", "alice").existing);
+  EXPECT_FALSE(Admit("k1", "d", "bob").existing);
 }
 
 }  // namespace

@@ -1,0 +1,133 @@
+"""TLS on kboxd's listener (tls_cert_file/tls_key_file): a self-signed
+certificate made with the openssl CLI, Python's ssl and http.client as the
+client, bearer tokens on top, and the pair re-read on SIGHUP."""
+import http.client
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import warnings
+
+import pytest
+
+from test_auth import ALICE, CONFIG, TOKENS, Kboxd, auth, it
+
+RELOAD_TIMEOUT_S = 30
+
+
+def make_certificate(directory, name):
+    """A self-signed certificate for 127.0.0.1 and its key; returns their paths."""
+    cert = os.path.join(directory, name + ".crt")
+    key = os.path.join(directory, name + ".key")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=kbox-test-" + name, "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", key, "-out", cert],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return cert, key
+
+
+def client_context(cafile, **versions):
+    context = ssl.create_default_context(cafile=cafile)  # verifies chain and IP
+    for attr, value in versions.items():
+        setattr(context, attr, value)
+    return context
+
+
+def https_get(port, path, context, headers=None):
+    conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=30, context=context)
+    try:
+        conn.request("GET", path, headers=headers or {})
+        res = conn.getresponse()
+        return res.status, res.read(), conn.sock.getpeercert(binary_form=True)
+    finally:
+        conn.close()
+
+
+def served_certificate(port):
+    """The DER certificate kboxd presents now (not verified: it may be either one)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as raw:
+        with context.wrap_socket(raw) as tls:
+            return tls.getpeercert(binary_form=True)
+
+
+def der(cert_path):
+    with open(cert_path) as f:
+        return ssl.PEM_cert_to_DER_cert(f.read())
+
+
+@pytest.fixture(scope="module")
+def tls_kboxd(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("kbox-tls"))
+    pki = os.path.join(root, "pki")
+    os.makedirs(pki)
+    cert, key = make_certificate(pki, "first")
+    d = Kboxd(root, "tls", config=CONFIG + 'tls_cert_file: "%s"\ntls_key_file: "%s"\n' % (cert, key),
+              tokens=TOKENS)
+    d.cert, d.key, d.pki = cert, key, pki
+    if d.port is None:
+        d.stop()
+        pytest.fail("kboxd did not start:\n%s\n%s" % ("\n".join(d.seen), d.stderr()),
+                    pytrace=False)
+    assert "listening on https://127.0.0.1:" in d.line, d.line
+    yield d
+    assert d.stop() == 0, d.stderr()[-4000:]
+
+
+def test_https_with_a_verified_certificate_and_a_token(tls_kboxd):
+    context = client_context(tls_kboxd.cert)
+    status, body, _ = https_get(tls_kboxd.port, "/healthz", context)
+    assert status == 200 and b'"ok"' in body
+    status, _, _ = https_get(tls_kboxd.port, "/v1/info", context)
+    assert status == 401
+    status, body, _ = https_get(tls_kboxd.port, "/v1/info", context, auth(ALICE))
+    assert status == 200 and b'"token_name": "alice"' in body.replace(b'":"', b'": "'), body
+
+
+def test_plain_http_gets_no_answer(tls_kboxd):
+    raw, _ = it.raw_exchange(tls_kboxd.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert it.status_of(raw) is None, raw[:200]
+
+
+def test_tls_before_1_2_is_refused(tls_kboxd):
+    with warnings.catch_warnings():  # Python deprecates these versions, as kboxd refuses them
+        warnings.simplefilter("ignore", DeprecationWarning)
+        context = client_context(tls_kboxd.cert, minimum_version=ssl.TLSVersion.TLSv1,
+                                 maximum_version=ssl.TLSVersion.TLSv1_1)
+    context.set_ciphers("ALL:@SECLEVEL=0")  # let this client offer the old protocols at all
+    with pytest.raises((ssl.SSLError, ConnectionError)):
+        https_get(tls_kboxd.port, "/healthz", context)
+    context = client_context(tls_kboxd.cert, minimum_version=ssl.TLSVersion.TLSv1_2,
+                             maximum_version=ssl.TLSVersion.TLSv1_2)
+    assert https_get(tls_kboxd.port, "/healthz", context)[0] == 200
+
+
+def wait_for(condition, what):
+    deadline = time.monotonic() + RELOAD_TIMEOUT_S
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail("timed out waiting for " + what)
+        time.sleep(0.05)  # a poll interval, not a wait for time to pass
+
+
+def test_sighup_reloads_the_certificate_and_a_bad_pair_keeps_the_old_one(tls_kboxd):
+    d = tls_kboxd
+    assert served_certificate(d.port) == der(d.cert)
+    new_cert, new_key = make_certificate(d.pki, "second")
+    os.replace(new_cert, d.cert)
+    os.replace(new_key, d.key)
+    d.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: served_certificate(d.port) == der(d.cert), "the new certificate")
+    assert https_get(d.port, "/healthz", client_context(d.cert))[0] == 200
+
+    second = der(d.cert)
+    with open(d.cert, "w") as f:
+        f.write("not a certificate\n")
+    d.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: "ERROR: TLS certificate not reloaded, keeping the old one: tls_cert_file "
+             + d.cert in d.stderr(), "the reload error in kboxd's log")
+    assert served_certificate(d.port) == second
