@@ -3,7 +3,8 @@ C++ build, submitted at session start so that they compile while the other
 tests run.
 
 Daemons (all started at once, so their start-up probes overlap):
-  main     2 CPU run slots: most tests.
+  main     2 CPU run slots; 4 compile workers, so that the jobs that build
+           nothing are not queued behind the two C++ builds.
   single   --max-in-flight-jobs 1: refusals with Retry-After, and the
            INFRA_ERROR test (which breaks its jobs directory for a moment).
   doomed   stopped by the failover test while it still holds a job.
@@ -90,7 +91,7 @@ def _await_ready(daemon):
 
 @pytest.fixture(scope="session")
 def daemons():
-    started = {"main": _launch("main", ["--cpu-run-slots", "2", "--compile-workers", "2"]),
+    started = {"main": _launch("main", ["--cpu-run-slots", "2", "--compile-workers", "4"]),
                "single": _launch("single", ["--cpu-run-slots", "1", "--max-in-flight-jobs", "1"]),
                "doomed": _launch("doomed", ["--cpu-run-slots", "1"])}
     try:
