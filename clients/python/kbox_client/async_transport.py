@@ -2,7 +2,9 @@
 HTTP/1.1 for kboxd (and proxies before it): one request per connection
 (`Connection: close`), a reply framed by Content-Length, chunked encoding, or
 the end of the connection. No thread per request, so a thousand jobs waiting
-at once cost a thousand sockets, not a thousand threads."""
+at once cost a thousand sockets, not a thousand threads. (Resolving a host
+name goes through the event loop's default executor, a bounded pool shared by
+all requests; numeric addresses skip it.)"""
 from __future__ import annotations
 
 import asyncio

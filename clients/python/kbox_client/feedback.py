@@ -26,6 +26,7 @@ MAX_COMPILE_ERRORS = 3
 MAX_CONTEXT_LINES_PER_ERROR = 4
 MAX_LOG_CHARS = 2500
 MAX_TRACEBACK_LINES = 12
+MIN_SCRUBBED_SEED_DIGITS = 4
 
 _DIAGNOSTIC = re.compile(r"^(?P<where>[^\s:][^:]*?(?::\d+){1,2}|[^\s(]+\(\d+\)):\s*"
                          r"(?P<kind>fatal error|error|warning|note)\b", re.IGNORECASE)
@@ -59,10 +60,14 @@ def next_turn_message(result: dict, candidate_source: Optional[str] = None) -> s
 
 
 def scrub_seeds(text: str, result: dict) -> str:
-    """`text` with every seed that `result` carries replaced by "<seed>"."""
+    """`text` with every seed that `result` carries replaced by "<seed>".
+    Seeds of fewer than MIN_SCRUBBED_SEED_DIGITS digits are left alone: they
+    hide nothing (a thousand guesses find one), and scrubbing them would
+    garble line numbers (KernelBench's default seed is 42)."""
     seeds = {str((result.get("settings") or {}).get("seed", ""))}
     seeds.update(str(t.get("seed", "")) for t in result.get("trials", []))
-    for seed in sorted((s for s in seeds if s and s != "0"), key=len, reverse=True):
+    for seed in sorted((s for s in seeds if len(s) >= MIN_SCRUBBED_SEED_DIGITS), key=len,
+                       reverse=True):
         text = re.sub(r"(?<!\d)%s(?!\d)" % re.escape(seed), "<seed>", text)
     return text
 
@@ -138,6 +143,20 @@ def describe_failure(failure: str) -> str:
     return "; ".join(kept)
 
 
+def _trial_difference(t: dict) -> str:
+    if t.get("failure"):
+        return describe_failure(t["failure"])
+    text = ("max abs diff %s, max rel diff %s, %.2f%% of elements outside tolerance"
+            % (_num(t.get("max_abs_diff", 0)), _num(t.get("max_rel_diff", 0)),
+               100.0 * float(t.get("mismatch_fraction", 0))))
+    first = t.get("first_mismatch")
+    if first:
+        text += "; first wrong element: output %d at index [%s]" % (
+            int(first.get("output_index", 0)),
+            ", ".join(str(int(i)) for i in first.get("index", [])))
+    return text
+
+
 def _incorrect(result: dict, source: Optional[str]) -> str:
     trials = result.get("trials", [])
     failed = [(n, t) for n, t in enumerate(trials, 1) if not t.get("passed")]
@@ -146,22 +165,21 @@ def _incorrect(result: dict, source: Optional[str]) -> str:
              "%d of %d trial(s) failed (tolerance atol %s, rtol %s)."
              % (len(failed), len(trials), _num(settings.get("atol", 0)),
                 _num(settings.get("rtol", 0)))]
-    for n, t in failed[:3]:
-        line = "- trial %d (inputs %s): " % (n, t.get("distribution") or "as drawn")
-        if t.get("failure"):
-            line += describe_failure(t["failure"])
+    # Trials that failed alike are told once, with the distributions they had.
+    groups: List[list] = []
+    for n, t in failed:
+        text = _trial_difference(t)
+        if groups and groups[-1][0] == text:
+            groups[-1][1].append((n, t.get("distribution") or "as drawn"))
         else:
-            line += ("max abs diff %s, max rel diff %s, %.2f%% of elements outside tolerance"
-                     % (_num(t.get("max_abs_diff", 0)), _num(t.get("max_rel_diff", 0)),
-                        100.0 * float(t.get("mismatch_fraction", 0))))
-            first = t.get("first_mismatch")
-            if first:
-                line += "; first wrong element: output %d at index [%s]" % (
-                    int(first.get("output_index", 0)),
-                    ", ".join(str(int(i)) for i in first.get("index", [])))
-        parts.append(line)
-    if len(failed) > 3:
-        parts.append("- %d more failed trial(s)" % (len(failed) - 3))
+            groups.append([text, [(n, t.get("distribution") or "as drawn")]])
+    for text, members in groups[:3]:
+        numbers = ", ".join(str(n) for n, _ in members)
+        kinds = ", ".join(dict.fromkeys(d for _, d in members))  # unique, in order
+        parts.append("- trial%s %s (inputs %s): %s"
+                     % ("s" if len(members) > 1 else "", numbers, kinds, text))
+    if len(groups) > 3:
+        parts.append("- %d more failed trial(s)" % sum(len(m) for _, m in groups[3:]))
     if failed and failed[0][0] > 1:
         parts.append("Earlier trials passed: the error depends on the input values "
                      "(their distribution is named above).")
@@ -227,7 +245,7 @@ def _runtime_error(result: dict, source: Optional[str]) -> str:
              % (error.get("type") or "error", error.get("message") or result.get("message", ""),
                 where)]
     tb = [l for l in (error.get("traceback") or "").splitlines() if l.strip()]
-    if tb:
+    if len(tb) > 1:  # one line is the exception again
         parts.append("Traceback (last lines):\n" + "\n".join(tb[-MAX_TRACEBACK_LINES:]))
     return "\n".join(parts)
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
-from typing import Optional, Sequence, Union
+from typing import Dict, Optional, Sequence, Union
 
 from .client import Client
 from .errors import InfraError, ReferenceFailed
@@ -71,9 +71,12 @@ _options: dict = {}
 
 def configure(url: Union[None, str, Sequence[str]] = None, *, token: Optional[str] = None,
               client: Optional[Client] = None, retry: Optional[RetryPolicy] = None,
-              timeout_s: Optional[float] = None, anticheat_profile: Optional[str] = None) -> Client:
+              timeout_s: Optional[float] = None, anticheat_profile: Optional[str] = None,
+              anticheat_overrides: Optional[Dict[str, str]] = None) -> Client:
     """Sets the kboxd endpoint(s) the module-level function uses (default:
-    $KBOX_URL), or a ready Client. Returns the client in use."""
+    $KBOX_URL), or a ready Client, and what every evaluation asks for: the
+    anti-cheat profile and per-rule overrides (default: the daemon's
+    profile), the longest wait for a result. Returns the client in use."""
     global _client
     with _lock:
         _client = client or Client(url, token=token, retry=retry)
@@ -82,6 +85,8 @@ def configure(url: Union[None, str, Sequence[str]] = None, *, token: Optional[st
             _options["timeout_s"] = timeout_s
         if anticheat_profile:
             _options["anticheat_profile"] = anticheat_profile
+        if anticheat_overrides:
+            _options["anticheat_overrides"] = dict(anticheat_overrides)
         return _client
 
 
@@ -115,7 +120,8 @@ def eval_kernel_against_ref(original_model_src: str, custom_model_src: str, seed
                            precision=precision, correctness_trials=num_correct_trials,
                            seed=seed_num, measure_performance=bool(measure_performance),
                            performance_trials=num_perf_trials if measure_performance else None,
-                           anticheat_profile=_options.get("anticheat_profile"))
+                           anticheat_profile=_options.get("anticheat_profile"),
+                           anticheat_overrides=_options.get("anticheat_overrides"))
     result = client.evaluate(request, idempotency_key=idempotency_key,
                              timeout_s=_options.get("timeout_s"))
     kb = to_kernel_exec_result(result, device=device, measure_performance=measure_performance,

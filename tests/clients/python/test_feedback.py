@@ -44,7 +44,8 @@ def test_incorrect_messages(kboxd):
     assert wrong["status"] == "INCORRECT" and shape["status"] == "INCORRECT", (wrong, shape)
     message = next_turn_message(wrong)
     assert "max abs diff" in message and "first wrong element: output 0 at index [" in message
-    assert "trial 1 (inputs as-drawn)" in message, message
+    # The three trials failed alike: one line names them and their inputs.
+    assert "- trials 1, 2, 3 (inputs as-drawn, " in message, message
     assert_no_secrets(message, wrong)
     assert wrong["trials"][0]["first_mismatch"]["expected"] is not None  # there was one to leak
     message = next_turn_message(shape)
@@ -58,6 +59,9 @@ def test_correct_message(build_jobs):
     assert message.startswith("Your candidate is correct on all 3 trial(s).")
     assert re.search(r"Speedup \d+\.\d\dx \((faster|slower) than the reference", message), message
     assert "What dominated its time:" in message
+    for v in result["verdicts"]:  # e.g. run.timing-mismatch, reported but not rejecting here
+        if v["severity"] == "SUSPICIOUS":
+            assert "- %s (candidate.py" % v["rule_id"] in message, message
     assert_no_secrets(message, result)
 
 

@@ -16,6 +16,8 @@ def test_info_and_health(kboxd):
     assert client.health() == {"status": "ok"}
     info = client.info()
     assert "BACKEND_CPU" in info["backends"] and info["max_in_flight_jobs"] >= 1
+    ready = client.ready()  # /readyz (issue 7); a kboxd without it is reported not ready
+    assert ready["ready"] is True or ready == {"ready": False, "reason": "HTTP 404 from /readyz"}
 
 
 def test_submit_then_wait(kboxd):

@@ -1,7 +1,7 @@
 """kbox_client.kernelbench on real jobs."""
 import pytest
 
-from conftest import example_sources, python_job, rejected_job
+from conftest import TIMING_OVERRIDES, example_sources, python_job, rejected_job
 from kbox_client import kernelbench
 from kbox_client.kernelbench import eval_kernel_against_ref, to_kernel_exec_result
 
@@ -38,6 +38,7 @@ def test_shim_incorrect_candidate(configured):
 
 def test_shim_on_the_example_uses_the_build_cache(build_jobs, configured):
     build_jobs.result("example")  # its build is in the cache now
+    kernelbench.configure(configured.endpoints, anticheat_overrides=TIMING_OVERRIDES)
     ref, cand = example_sources()
     r = eval_kernel_against_ref(ref, cand, seed_num=7, num_correct_trials=2, num_perf_trials=5,
                                 measure_performance=True, backend="cpu")
