@@ -109,7 +109,7 @@ def submit(ctx: Context, items: Sequence[Tuple[Optional[str], dict]]) -> Op:
     Returns the Jobs in order."""
     if not items:
         raise ValueError("submit needs at least one request")
-    keyed = [(key or new_key(), key is not None, request) for key, request in items]
+    keyed = [(key or new_key(), bool(key), request) for key, request in items]
     sticky = next((k for k, caller, _ in keyed if caller), None)
     body = encode_json({"jobs": [{"idempotency_key": k, "request": r} for k, _, r in keyed]})
     reply = yield from exchange(ctx, "POST", "/v1/jobs", body, key=sticky,

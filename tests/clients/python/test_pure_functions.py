@@ -1,5 +1,6 @@
 """The client's pure functions, without a daemon: backoff, Retry-After,
 derived keys, endpoint choice, request building, log trimming, redaction."""
+import asyncio
 import email.utils
 import inspect
 import random
@@ -192,3 +193,29 @@ def test_kernelbench_signature_and_result_shape():
         "compiled": False, "correctness": False, "metadata": {}, "runtime": -1.0,
         "runtime_stats": {}, "ref_runtime": -1.0, "ref_runtime_stats": {}}
     assert kbox_client.kernelbench.KernelExecResult(compiled=True).json().startswith('{"compiled"')
+
+
+def _parse_reply(raw):
+    from kbox_client import async_transport
+
+    async def run():
+        reader = asyncio.StreamReader()
+        reader.feed_data(raw)
+        reader.feed_eof()
+        status, headers = await async_transport._read_head(reader)
+        return status, headers, await async_transport._read_body(reader, headers)
+
+    return asyncio.run(run())
+
+
+def test_async_transport_reads_each_framing():
+    assert _parse_reply(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-A: b\r\n\r\nhello") == \
+        (200, {"content-length": "5", "x-a": "b"}, b"hello")
+    chunked = (b"HTTP/1.1 429 Too Many Requests\r\nTransfer-Encoding: chunked\r\n"
+               b"Retry-After: 5\r\n\r\n4;ext=1\r\nwiki\r\n5\r\npedia\r\n0\r\nTrailer: x\r\n\r\n")
+    status, headers, body = _parse_reply(chunked)
+    assert (status, headers["retry-after"], body) == (429, "5", b"wikipedia")
+    assert _parse_reply(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.0 503 No\r\n\r\nuntil eof")[::2] == \
+        (503, b"until eof")
+    with pytest.raises(ValueError):
+        _parse_reply(b"SSH-2.0-OpenSSH\r\n\r\n")

@@ -28,10 +28,10 @@ def check_refusal_then_success(events, started, finished):
     assert refusals, events
     first = refusals[0]
     # kboxd answers 503 on /v1/evaluate and 429 on /v1/jobs today; both are
-    # to become 429 (RESOURCE_EXHAUSTED).
-    assert first.status in (429, 503) and first.retry_after == 5.0, first
-    assert first.delay_s >= 5.0
-    assert finished - started >= 5.0  # it waited for Retry-After
+    # to become 429 (RESOURCE_EXHAUSTED). Its Retry-After is 5 s today.
+    assert first.status in (429, 503) and first.retry_after >= 1.0, first
+    assert first.delay_s >= first.retry_after
+    assert finished - started >= first.retry_after  # it waited for Retry-After
 
 
 def test_submit_refused_with_retry_after_waits_and_succeeds(kboxd_single):
@@ -73,7 +73,7 @@ def test_async_submit_refused_with_retry_after_waits_and_succeeds(kboxd_single):
 
 def test_a_retry_after_past_the_deadline_ends_the_call(kboxd_single):
     holder, held = occupy(kboxd_single)
-    client = Client(kboxd_single.url, retry=RetryPolicy(deadline_s=2.0))
+    client = Client(kboxd_single.url, retry=RetryPolicy(deadline_s=0.5))
     started = time.monotonic()
     with pytest.raises(RetriesExhausted) as e:
         client.submit(python_job(seed="25"))
