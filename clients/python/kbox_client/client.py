@@ -1,0 +1,95 @@
+"""The blocking client. Thread-safe: one Client may serve many threads."""
+from __future__ import annotations
+
+import time
+from typing import Dict, List, Optional, Sequence
+
+from . import operations as ops
+from . import sync_transport
+from .client_base import ClientBase
+from .errors import ConnectionFailed
+from .job import Job
+from .wire import Sleep
+
+
+class Client(ClientBase):
+    """kboxd over HTTP, blocking. See ClientBase for the constructor.
+
+    Requests are EvaluateRequest dicts (kbox_client.make_request builds one)
+    or that function's keyword arguments; results are EvaluateResult dicts in
+    the proto3 JSON mapping (proto/kbox/v1/evaluation.proto)."""
+
+    def _run(self, op):
+        value, error = None, None
+        while True:
+            try:
+                step = op.throw(error) if error is not None else op.send(value)
+            except StopIteration as stop:
+                return stop.value
+            value, error = None, None
+            if isinstance(step, Sleep):
+                time.sleep(step.seconds)
+                continue
+            try:
+                value = sync_transport.perform(step, self._token.reveal())
+            except ConnectionFailed as e:
+                error = e
+
+    # -- evaluation -----------------------------------------------------------------
+    def evaluate(self, request: Optional[dict] = None, *, idempotency_key: Optional[str] = None,
+                 timeout_s: Optional[float] = None, **fields) -> dict:
+        """Submits one job and waits for its result (retried and resubmitted
+        as described in wait)."""
+        return self._run(ops.evaluate(self._ctx, self._request(request, fields), idempotency_key,
+                                      timeout_s))
+
+    def evaluate_direct(self, request: Optional[dict] = None, *,
+                        timeout_s: Optional[float] = None, **fields) -> dict:
+        """POST /v1/evaluate: the job on one held connection, without a key."""
+        return self._run(ops.evaluate_direct(self._ctx, self._request(request, fields), timeout_s))
+
+    def submit(self, request: Optional[dict] = None, *, idempotency_key: Optional[str] = None,
+               **fields) -> Job:
+        """Submits one job and returns at once."""
+        return self._run(ops.submit(self._ctx, [(idempotency_key,
+                                                 self._request(request, fields))]))[0]
+
+    def submit_batch(self, requests: Sequence[dict],
+                     idempotency_keys: Optional[Sequence[Optional[str]]] = None) -> List[Job]:
+        """Submits many jobs in one request: kboxd admits all or none."""
+        return self._run(ops.submit(self._ctx, self._items(requests, idempotency_keys)))
+
+    def wait(self, job: Job, timeout_s: Optional[float] = None) -> dict:
+        """The job's EvaluateResult once done (WaitTimeout after timeout_s)."""
+        return self._run(ops.wait(self._ctx, job, timeout_s))
+
+    def evaluate_batch(self, requests: Sequence[dict],
+                       idempotency_keys: Optional[Sequence[Optional[str]]] = None,
+                       timeout_s: Optional[float] = None) -> List[dict]:
+        """submit_batch, then every result in order (the jobs run
+        concurrently in kboxd; waiting on them in turn costs nothing)."""
+        jobs = self.submit_batch(requests, idempotency_keys)
+        return [self.wait(job, timeout_s) for job in jobs]
+
+    def status(self, job: Job) -> Job:
+        """Refreshes job's state without waiting."""
+        return self._run(ops.job_status(self._ctx, job))
+
+    def check(self, request: Optional[dict] = None, **fields) -> dict:
+        """POST /v1/check: the static anti-cheat checks alone."""
+        return self._run(ops.post_json(self._ctx, "/v1/check",
+                                       self._check_request(request, fields)))
+
+    # -- the daemon -------------------------------------------------------------------
+    def info(self, endpoint: Optional[str] = None) -> dict:
+        return self._run(ops.get_json(self._ctx, "/v1/info", self._endpoint(endpoint)))
+
+    def health(self, endpoint: Optional[str] = None) -> dict:
+        return self._run(ops.get_json(self._ctx, "/healthz", self._endpoint(endpoint)))
+
+    def ready(self, endpoint: Optional[str] = None) -> Dict[str, object]:
+        """GET /readyz once, no retries: {"ready": bool, ...}."""
+        status, doc = self._run(ops.probe(self._once, "/readyz", self._endpoint(endpoint)))
+        if status not in (200, 503) or not isinstance(doc, dict):
+            return {"ready": False, "reason": "HTTP %d from /readyz" % status}
+        return doc
