@@ -25,9 +25,9 @@ class ConnectionFailed(KboxError):
 class ApiError(KboxError):
     """kboxd answered with a non-2xx status.
 
-    kboxd's own errors are `{"code": 409, "field": ..., "message": ...}`; the
-    authentication layer answers `{"error": {"code": "UNAUTHENTICATED",
-    "message": ...}}`. Both are read: `status` is the HTTP status, `code` the
+    kboxd's errors carry `{"code": 409, "field": ..., "message": ...}` and,
+    beside it, `"error": {"code": "ALREADY_EXISTS", "message": ...}` (the
+    symbolic code). Either or both are read: `status` is the HTTP status, `code` the
     symbolic or numeric code of the body, `field` the request field the error
     is about ("" when none)."""
 
@@ -51,10 +51,13 @@ class ApiError(KboxError):
         except (UnicodeDecodeError, ValueError):
             doc = None
         if isinstance(doc, dict):
+            # kboxd sends both shapes at once: {"code": 409, "field", "message",
+            # "error": {"code": "ALREADY_EXISTS", "message"}}; the symbolic code
+            # wins, and the field is only at the top.
             inner = doc.get("error") if isinstance(doc.get("error"), dict) else doc
-            code = inner.get("code")
-            field = str(inner.get("field") or "")
-            message = str(inner.get("message") or "")
+            code = inner.get("code", doc.get("code"))
+            field = str(inner.get("field") or doc.get("field") or "")
+            message = str(inner.get("message") or doc.get("message") or "")
         elif body:
             message = body[:300].decode("utf-8", "replace").strip()
         kind = Unauthenticated if status == 401 else cls

@@ -134,6 +134,10 @@ def test_the_token_stays_out_of_reprs_and_errors(monkeypatch):
     err = ApiError.from_reply("http://h:1", 409, b'{"code":409,"field":"jobs[0].x","message":"m"}',
                               None)
     assert (err.code, err.field, err.message) == (409, "jobs[0].x", "m")
+    # Both shapes in one body, as kboxd sends them: the symbolic code, the top-level field.
+    body = b'{"code":409,"field":"jobs[0].x","message":"m","error":{"code":"ALREADY_EXISTS","message":"m"}}'
+    err = ApiError.from_reply("http://h:1", 409, body, None)
+    assert (err.code, err.field, err.message) == ("ALREADY_EXISTS", "jobs[0].x", "m")
 
 
 GCC_LOG = """[1/2] c++ [command omitted] -o main.o
