@@ -7,14 +7,12 @@ import signal
 import socket
 import ssl
 import subprocess
-import time
 import warnings
 
 import pytest
 
-from test_auth import ALICE, CONFIG, TOKENS, Kboxd, auth, it
+from test_auth import ALICE, CONFIG, TOKENS, Kboxd, auth, it, wait_for
 
-RELOAD_TIMEOUT_S = 30
 
 
 def make_certificate(directory, name):
@@ -104,14 +102,6 @@ def test_tls_before_1_2_is_refused(tls_kboxd):
     context = client_context(tls_kboxd.cert, minimum_version=ssl.TLSVersion.TLSv1_2,
                              maximum_version=ssl.TLSVersion.TLSv1_2)
     assert https_get(tls_kboxd.port, "/healthz", context)[0] == 200
-
-
-def wait_for(condition, what):
-    deadline = time.monotonic() + RELOAD_TIMEOUT_S
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail("timed out waiting for " + what)
-        time.sleep(0.05)  # a poll interval, not a wait for time to pass
 
 
 def test_sighup_reloads_the_certificate_and_a_bad_pair_keeps_the_old_one(tls_kboxd):

@@ -11,31 +11,16 @@
 #include <string>
 
 #include "daemon/result_mapper.h"
+#include "tests/unit/daemon/stage_outcomes.h"
 
 namespace kbox {
 namespace {
 
 using End = ProcessOutcome::End;
+using test_support::Ended;
+using test_support::Reported;
 
-StageOutcome Ended(End end, v1::Party party) {
-  StageOutcome s;
-  s.process.end = end;
-  s.last_party = party;
-  if (end == End::kExited) s.process.exit_code = 1;
-  if (end == End::kSignaled) s.process.term_signal = SIGSEGV;
-  return s;
-}
 
-StageOutcome Reported(v1::StageReport::Outcome outcome, const std::string& message = "msg") {
-  StageOutcome s;
-  s.process.end = End::kExited;
-  s.process.exit_code = 0;
-  s.last_party = v1::HARNESS;
-  s.report.emplace();
-  s.report->set_outcome(outcome);
-  s.report->set_message(message);
-  return s;
-}
 
 FailureCause RunCause(const StageOutcome& s, v1::Status expected_status) {
   v1::EvaluateResult r;

@@ -1,4 +1,5 @@
 #include "daemon/result_mapper.h"
+#include "tests/unit/daemon/stage_outcomes.h"
 
 #include <signal.h>
 
@@ -13,29 +14,11 @@ namespace kbox {
 namespace {
 
 using End = ProcessOutcome::End;
+using test_support::Ended;
+using test_support::Reported;
 constexpr std::string_view kReplacement = "\xef\xbf\xbd";  // U+FFFD
 
-StageOutcome Ended(End end, v1::Party last_party) {
-  StageOutcome s;
-  s.process.end = end;
-  s.last_party = last_party;
-  if (end == End::kExited) s.process.exit_code = 1;
-  if (end == End::kSignaled) s.process.term_signal = SIGSEGV;
-  if (end == End::kSpawnFailed) s.process.spawn_error = "exec /py: No such file or directory";
-  if (end == End::kTimedOut) s.process.wall_ms = 3500;
-  return s;
-}
 
-StageOutcome Reported(v1::StageReport::Outcome outcome, const std::string& message = "msg") {
-  StageOutcome s;
-  s.process.end = End::kExited;
-  s.process.exit_code = 0;
-  s.last_party = v1::HARNESS;
-  s.report.emplace();
-  s.report->set_outcome(outcome);
-  s.report->set_message(message);
-  return s;
-}
 
 // A run-stage OK report with `trials` passed trials, and a result expecting them.
 StageOutcome CorrectRun(v1::EvaluateResult& r, int trials = 5) {

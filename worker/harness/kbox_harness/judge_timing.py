@@ -60,12 +60,7 @@ class TimingRounds(object):
             self.ask({"op": "time"})
         graph = self._capture_reference(ref_model, pool)
         # Each side sizes its own launch cover to its warm model (timing.Clock).
-        if graph is not None:
-            self.call(graph.load, pool[0])
-            self.call(clock.fit, graph.replay)
-        else:
-            warm = inputs.shifted(pool[0], 1)
-            self.call(clock.fit, lambda: self._no_grad(ref_model, warm))
+        self.call(clock.fit, self._reference_call(ref_model, graph, pool[0])[1])
         self.ask({"op": "prep", "pool": 0, "scale": 0.0, "shift": 1}, HARNESS)
         fit = self.ask({"op": "fit"})
         cand_cover = judging.number(fit.get("cover_ms")) or 0.0
@@ -74,20 +69,15 @@ class TimingRounds(object):
         outran = [0, 0]  # calls whose host launch work outlasted the cover: reference, candidate
         uncovered = ([], [])  # the candidate's calls without the cover: times, host times
         checks = 0
-        trace = _open_trace()
+        trace = _RoundTrace(os.environ.get(_TRACE_ENV))
         started = timing.now_ms()
         max_calls = max(spec.performance_trials, _MAX_CALLS_FACTOR * spec.performance_trials)
         for j in range(max_calls):
             k = j % len(pool)
             d = self.rng.uniform(-1e-3, 1e-3)
             x = inputs.perturbed(pool[k], d)
-            if graph is not None:
-                self.call(graph.load, x)
-                ref_in = graph.static
-                ref = self.call(clock.time, graph.replay)
-            else:
-                ref_in = inputs.shifted(x, self.rng.randrange(1, 9))
-                ref = self.call(self._timed_forward, ref_model, ref_in, clock)
+            ref_in, ref_fn = self._reference_call(ref_model, graph, x)
+            ref = self.call(clock.time, ref_fn)
             ref_out = ref.out
             self.ask({"op": "prep", "pool": k, "scale": d, "shift": self.rng.randrange(1, 9)}, HARNESS)
             reply, ms = self.ask_timed({"op": "time"})
@@ -98,12 +88,10 @@ class TimingRounds(object):
             ref_times.append(ref.ms)
             cand_times.append(cand_ms)
             outran[0] += 1 if ref.outran else 0
-            if trace is not None:
-                trace.write(json.dumps({
-                    "round": j, "ref_ms": ref.ms, "ref_host_ms": ref.host_ms, "ref_outran": ref.outran,
-                    "ref_cover_gpu_ms": ref.cover_gpu_ms, "ref_cover_ms": clock.cover_ms,
-                    "cand_ms": cand_ms, "cand_outran": reply.get("outran"),
-                    "cand_cover_gpu_ms": reply.get("cover_gpu_ms"), "outside_ms": ms}) + "\n")
+            trace.write(round=j, ref_ms=ref.ms, ref_host_ms=ref.host_ms, ref_outran=ref.outran,
+                        ref_cover_gpu_ms=ref.cover_gpu_ms, ref_cover_ms=clock.cover_ms, cand_ms=cand_ms,
+                        cand_outran=reply.get("outran"), cand_cover_gpu_ms=reply.get("cover_gpu_ms"),
+                        outside_ms=ms)
             outran[1] += 1 if reply.get("outran") is True else 0
             if checks < _MAX_SPOT_CHECKS and (j < 2 or self.rng.random() < _SPOT_CHECK_SHARE):
                 checks += 1
@@ -118,8 +106,7 @@ class TimingRounds(object):
                 settled = timing.relative_ci(ref_times) <= 0.01 and timing.relative_ci(cand_times) <= 0.01
                 if settled or timing.now_ms() - started > _TIMING_BUDGET_MS:
                     break
-        if trace is not None:
-            trace.close()
+        trace.close()
         method = timing.METHOD_CUDA if self.device.type == "cuda" else timing.METHOD_CPU
         self.report["reference_timing"] = timing.stats(ref_times, reference_graph.METHOD if graph else method)
         cand = timing.stats(cand_times, method)
@@ -133,6 +120,16 @@ class TimingRounds(object):
         if why:
             self.findings.add("run.timing-mismatch", why)
         self._physical_floor(cand["lower_quartile_ms"])
+
+    def _reference_call(self, ref_model, graph, x):
+        """(the inputs the reference's call sees, the call) for input set x:
+        a replay of the captured graph with x copied into its buffers, or
+        the eager forward on a copy of x at a fresh address."""
+        if graph is not None:
+            self.call(graph.load, x)
+            return graph.static, graph.replay
+        ref_in = inputs.shifted(x, self.rng.randrange(1, 9))
+        return ref_in, lambda: self._no_grad(ref_model, ref_in)
 
     def _capture_reference(self, ref_model, pool):
         """The reference's forward as a CUDA graph for its timed calls
@@ -203,9 +200,6 @@ class TimingRounds(object):
         with torch.no_grad():
             return model(*x)
 
-    def _timed_forward(self, model, x, clock):
-        return clock.time(lambda: self._no_grad(model, x))
-
     def _spot_check(self, j, ref_out, x, ref_in):
         out_file = self.new_file("timed")
         reply = self.ask({"op": "save", "out": out_file}, HARNESS)
@@ -234,6 +228,16 @@ class TimingRounds(object):
                               "and outputs once at this GPU's bandwidth" % (cand_ms, least, nbytes))
 
 
-def _open_trace():
-    path = os.environ.get(_TRACE_ENV)
-    return open(path, "a") if path else None
+class _RoundTrace(object):
+    """One JSON line per timed round appended to `path`; nothing without one."""
+
+    def __init__(self, path):
+        self._file = open(path, "a") if path else None
+
+    def write(self, **record):
+        if self._file is not None:
+            self._file.write(json.dumps(record) + "\n")
+
+    def close(self):
+        if self._file is not None:
+            self._file.close()
