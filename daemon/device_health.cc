@@ -31,6 +31,12 @@ void DeviceHealth::Quarantine(uint32_t gpu, const std::string& why) {
   wake_.notify_all();
 }
 
+std::optional<std::string> DeviceHealth::CheckNow(uint32_t gpu, const std::string& why) {
+  std::optional<std::string> error = probe_(gpu);
+  if (error) Quarantine(gpu, why + "; probe failed: " + *error);
+  return error;
+}
+
 bool DeviceHealth::Healthy(uint32_t gpu) const {
   std::lock_guard lock(mu_);
   return !quarantined_.contains(gpu);
@@ -66,6 +72,19 @@ void DeviceHealth::ProbeLoop() {
       }
       pool_.SetInService(gpu, true);
     }
+  }
+}
+
+bool MayHaveBrokenTheDevice(v1::Status status) {
+  switch (status) {
+    case v1::RUNTIME_ERROR:
+    case v1::TIMEOUT:
+    case v1::SANDBOX_VIOLATION:
+    case v1::REFERENCE_ERROR:
+    case v1::INFRA_ERROR:
+      return true;
+    default:
+      return false;
   }
 }
 

@@ -8,9 +8,13 @@
 // device probe on it every probe interval, once no job holds it, until a
 // probe passes; then it serves again.
 //
-// This is the minimal health model kboxd needs for readiness and metrics; it
-// does not read ECC or XID errors, nor probe healthy GPUs on a schedule (the
-// full GPU health checks are issue 8's). The CPU is never quarantined.
+// A GPU job that ended in a fault of its own (runtime error, timeout, a
+// killed process) is followed by a probe before the GPU takes the next job
+// (CheckNow): a candidate's fresh CUDA context dies with its process, but a
+// hung or faulting kernel can leave the device itself unusable.
+//
+// kboxd does not read ECC or XID errors, nor probe idle healthy GPUs on a
+// schedule. The CPU is never quarantined.
 
 #include <chrono>
 #include <condition_variable>
@@ -24,6 +28,7 @@
 #include <vector>
 
 #include "daemon/slot_pool.h"
+#include "kbox/v1/evaluation.pb.h"
 
 namespace kbox {
 
@@ -46,6 +51,13 @@ class DeviceHealth {
   void Quarantine(uint32_t gpu, const std::string& why);
   bool Healthy(uint32_t gpu) const;
 
+  // Probes `gpu` now, on the caller's thread, and quarantines it when the
+  // probe fails. For a job that may have left the device broken (a fault, a
+  // hang, memory exhausted): the caller still holds the GPU's slot, so no
+  // other job runs on it before the probe has passed. Returns the probe's
+  // error, nullopt when it passed.
+  std::optional<std::string> CheckNow(uint32_t gpu, const std::string& why);
+
  private:
   void ProbeLoop();
 
@@ -59,6 +71,15 @@ class DeviceHealth {
   bool stopping_ = false;
   std::thread prober_;  // Started at the first quarantine.
 };
+
+// Whether a GPU job that ended with `status` may have left the device broken,
+// so that the GPU is probed before its next job: a fault of the candidate's
+// own while running (a CUDA error, a crash, memory exhausted), a kernel that
+// never ended (TIMEOUT kills the processes mid-kernel), a killed sandbox
+// violation, or a failure of the reference or of kbox not already blamed on
+// the device. A job that ended with a clean report (CORRECT, INCORRECT,
+// REJECTED) left a working CUDA context behind; a compile error never ran.
+bool MayHaveBrokenTheDevice(v1::Status status);
 
 // The production probe: worker/harness/kbox_probe.py --device-check on that
 // GPU alone (CUDA initialised, a small matmul, synchronised), in a child

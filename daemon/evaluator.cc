@@ -385,6 +385,14 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
   ApplyRunStage(ran, result, &trace.cause);
   if (gpu_backend && trace.cause.device_suspect) {
     device_health_.Quarantine(device.slot(), "job " + result.job_id() + ": " + result.message());
+  } else if (gpu_backend && MayHaveBrokenTheDevice(result.status())) {
+    // Still holding the slot: the next job on this GPU starts only after the
+    // probe passed (or finds the GPU quarantined and waits for another).
+    const bool passed = !device_health_
+                             .CheckNow(device.slot(), "after job " + result.job_id() + " (" +
+                                                          v1::Status_Name(result.status()) + ")")
+                             .has_value();
+    metrics_.RecordDeviceProbe(device.slot(), passed);
   }
   if (ran.report) {
     const static_check::CheckReport graded = GradeRunFindings(ran.report->verdicts(), anticheat);

@@ -103,6 +103,11 @@ Metrics::Metrics(const MetricLabelSets& sets)
                                     .Help("Times a GPU was taken out of service after a failure "
                                           "that a broken device explains.")
                                     .Register(*registry_)),
+      device_probes_total_(prometheus::BuildCounter()
+                               .Name("kbox_device_probes_total")
+                               .Help("Device probes run after a GPU job that ended in a fault of "
+                                     "its own, by device and result (pass, fail).")
+                               .Register(*registry_)),
       queue_depth_(prometheus::BuildGauge()
                        .Name("kbox_queue_depth")
                        .Help("Jobs waiting for a compile worker or a run slot, by queue.")
@@ -201,6 +206,9 @@ Metrics::Metrics(const MetricLabelSets& sets)
     // The CPU is never quarantined; its series (always 0) keeps the family
     // present on a CPU-only kboxd, where dashboards and alerts still name it.
     device_quarantines_total_.Add({{"device", device}});
+    for (const char* result : {"pass", "fail"}) {
+      device_probes_total_.Add({{"device", device}, {"result", result}});
+    }
   }
 }
 
@@ -278,6 +286,11 @@ void Metrics::RecordZygoteEvent(const std::string& slot, ZygoteEvent event) {
 
 void Metrics::RecordQuarantine(uint32_t gpu) {
   device_quarantines_total_.Add({{"device", DeviceLabel(gpu)}}).Increment();
+}
+
+void Metrics::RecordDeviceProbe(uint32_t gpu, bool passed) {
+  device_probes_total_.Add({{"device", DeviceLabel(gpu)}, {"result", passed ? "pass" : "fail"}})
+      .Increment();
 }
 
 void Metrics::SetQueueDepth(const std::string& queue, size_t jobs) {

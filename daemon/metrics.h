@@ -68,6 +68,8 @@ class Metrics {
   void RecordZygoteEvent(const std::string& slot, ZygoteEvent event);
   // A GPU taken out of service (daemon/device_health.h).
   void RecordQuarantine(uint32_t gpu);
+  // A probe run after a job that may have left the GPU broken.
+  void RecordDeviceProbe(uint32_t gpu, bool passed);
   // 1 while kboxd runs candidates without the sandbox.
   void SetInsecureMode(bool insecure) { insecure_mode_.Set(insecure ? 1 : 0); }
   // Jobs accepted and not finished.
@@ -108,6 +110,7 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& zygote_restarts_total_;
   prometheus::Family<prometheus::Counter>& zygote_start_failures_total_;
   prometheus::Family<prometheus::Counter>& device_quarantines_total_;
+  prometheus::Family<prometheus::Counter>& device_probes_total_;
   prometheus::Family<prometheus::Gauge>& queue_depth_;
   prometheus::Family<prometheus::Gauge>& run_slots_;
   prometheus::Family<prometheus::Gauge>& compile_slots_;

@@ -8,8 +8,10 @@ CUDA case of the shared corpus (its expect.json decides), five CUDA hacks again
 with the static layer off so that only the run stage's checks can catch them
 (run-layer/*), the bundled CUDA example, a
 Triton candidate for the `add` problem, a candidate with an nvcc error, and a
-kernel with an out-of-bounds write and one that never ends, each followed by
-an honest job on the same GPU. kboxd runs with its full sandbox.
+kernel with an out-of-bounds write, one that never ends, one that exhausts the
+GPU's memory and one that holds it all, each followed by the five honest
+few-shot pairs on the same GPU (kboxd probes the GPU after each fault). kboxd
+runs with its full sandbox.
 
 Usage: scripts/gpu-suite [--shared DIR] [--out DIR]
 Needs build/bin/kboxd (built on Debian 12 and carried to the GPU machine;
@@ -182,6 +184,50 @@ def build_cases(shared):
     return cases, add_ref, os.path.join(few, "model_new_ex_add.py")
 
 
+def expect_not_rewardable(result):
+    return result.get("rewardable") is False and result.get("status") not in ("CORRECT", "INFRA_ERROR")
+
+
+# (case, check, extra request fields): candidates that may leave the GPU
+# broken. kboxd probes the GPU after each (kbox_device_probes_total) before its
+# next job, or quarantines it.
+FAULT_CASES = (("oob_write", expect_runtime_error, {}),
+               ("infinite_kernel", expect_timeout, {"time_limit_s": 20}),
+               ("gpu_oom_raise", expect_runtime_error, {}),
+               ("gpu_memory_hog", expect_not_rewardable, {}))
+
+
+def device_metrics(server):
+    """The device probe and quarantine series of kboxd's /metrics."""
+    text = urllib.request.urlopen(server + "/metrics", timeout=30).read().decode()
+    return [line for line in text.splitlines()
+            if line.startswith(("kbox_device_probes_total", "kbox_device_quarantines_total",
+                                "kbox_device_healthy"))]
+
+
+def run_fault_cases(server, honest, add_ref, wanted, report):
+    faults = [f for f in FAULT_CASES if not wanted or any(w in f[0] for w in wanted)]
+    # Builds first, all at once (the compile pool is parallel, the GPU runs
+    # one job at a time): the sequence below then hits the build cache, so a
+    # fault and the honest jobs after it are each other's GPU neighbours.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(honest) + len(faults)) as pool:
+        warm = [pool.submit(evaluate, server, ref, cand, backend, **extra)
+                for _, ref, cand, backend, _, extra in honest]
+        warm += [pool.submit(evaluate, server, add_ref, os.path.join(GPU_CASES, name, "candidate.py"),
+                             "cuda", **extra) for name, _, extra in faults]
+        for future in warm:
+            future.result()
+    for name, check, extra in faults:
+        started = time.time()
+        bad = evaluate(server, add_ref, os.path.join(GPU_CASES, name, "candidate.py"), "cuda", **extra)
+        report(name, "cuda", bad, check(bad))
+        print("     %s: result after %.1f s; %s" % (name, time.time() - started,
+                                                     "; ".join(device_metrics(server))), flush=True)
+        for pair, ref, cand, backend, _, pair_extra in honest:
+            after = evaluate(server, ref, cand, backend, **pair_extra)
+            report("after_%s/%s" % (name, pair), backend, after, expect_correct(after))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shared", default=os.path.join(REPO, "..", "shared"))
@@ -198,7 +244,8 @@ def main():
     work_dir = "/tmp/kbox-gpu-suite-%d" % os.getpid()
     daemon, server = start_daemon(work_dir, args.python, extra_args=args.kboxd_arg)
     print("kboxd at %s; info: %s" % (server, urllib.request.urlopen(server + "/v1/info").read().decode().strip()))
-    cases, add_ref, add_cand = build_cases(args.shared)
+    cases, add_ref, _ = build_cases(args.shared)
+    honest = [c for c in cases if c[0].startswith("few_shot/")]  # run after each fault case
     if args.repeat:
         cases = [("%s#%d" % (name, k), ref, cand, backend, check, extra)
                  for k in range(args.repeat)
@@ -231,17 +278,11 @@ def main():
                 report(name, backend, result, check(result))
         if args.repeat:
             print_speedup_spread(results)
-        # Last, with the GPU otherwise idle: kernels that fault or never end,
-        # each followed by an honest job, which is the next job that GPU runs.
-        for name, check, extra in () if args.repeat else (("oob_write", expect_runtime_error, {}),
-                                   ("infinite_kernel", expect_timeout, {"time_limit_s": 20})):
-            if wanted and not any(w in name for w in wanted):
-                continue
-            bad = evaluate(server, add_ref, os.path.join(GPU_CASES, name, "candidate.py"), "cuda",
-                           **extra)
-            report(name, "cuda", bad, check(bad))
-            after = evaluate(server, add_ref, add_cand, "cuda")
-            report("after_%s/few_shot/add" % name, "cuda", after, expect_correct(after))
+        # Last, with the GPU otherwise idle: kernels that fault, never end or
+        # exhaust the GPU's memory, each followed by the five honest few-shot
+        # pairs, which are the next jobs that GPU runs (issue 8).
+        if not args.repeat:
+            run_fault_cases(server, honest, add_ref, wanted, report)
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(timeout=120)

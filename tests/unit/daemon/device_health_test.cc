@@ -85,6 +85,43 @@ TEST(DeviceHealthTest, NoProbeWhileAJobHoldsTheGpu) {
   EXPECT_EQ(probes.load(), 1);
 }
 
+TEST(DeviceHealthTest, CheckNowQuarantinesOnlyWhenTheProbeFails) {
+  SlotPool pool({0});
+  std::atomic<bool> device_works{true};
+  std::atomic<int> probes{0};
+  DeviceHealth health(
+      pool,
+      [&](uint32_t) -> std::optional<std::string> {
+        ++probes;
+        if (device_works) return std::nullopt;
+        return "CUDA error: an illegal memory access was encountered";
+      },
+      1h);  // No background re-probe during the test.
+  {
+    auto lease = pool.Acquire();  // The faulting job still holds the GPU.
+    EXPECT_FALSE(health.CheckNow(0, "after job j1 (RUNTIME_ERROR)").has_value());
+    EXPECT_EQ(probes.load(), 1);  // Probed at once, beside the job's own lease.
+    EXPECT_TRUE(health.Healthy(0));
+    device_works = false;
+    const auto error = health.CheckNow(0, "after job j2 (TIMEOUT)");
+    ASSERT_TRUE(error.has_value());
+    EXPECT_NE(error->find("illegal memory access"), std::string::npos);
+  }
+  EXPECT_FALSE(health.Healthy(0));
+  EXPECT_FALSE(pool.InService(0));  // The next job does not get this GPU.
+  EXPECT_EQ(pool.idle(), 0u);
+}
+
+TEST(DeviceHealthTest, OnlyFaultsOfTheJobTriggerAProbe) {
+  for (v1::Status status : {v1::RUNTIME_ERROR, v1::TIMEOUT, v1::SANDBOX_VIOLATION,
+                            v1::REFERENCE_ERROR, v1::INFRA_ERROR}) {
+    EXPECT_TRUE(MayHaveBrokenTheDevice(status)) << v1::Status_Name(status);
+  }
+  for (v1::Status status : {v1::CORRECT, v1::INCORRECT, v1::REJECTED, v1::COMPILE_ERROR}) {
+    EXPECT_FALSE(MayHaveBrokenTheDevice(status)) << v1::Status_Name(status);
+  }
+}
+
 // The real probe, on a GPU index no machine has: CUDA finds no device and the
 // probe says so (on any host, with or without GPUs).
 TEST(DeviceHealthTest, ProductionProbeReportsAMissingDevice) {

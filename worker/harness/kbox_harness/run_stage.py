@@ -232,6 +232,16 @@ class RunStage(judge_timing.TimingRounds):
         return self.report
 
     def _client_failed(self, f):
+        hog = _candidate_holds_device_memory(f.exc) if f.party == REFERENCE else None
+        if hog:
+            # The GPU is this job's alone: memory that neither the judge nor
+            # the reference holds is the candidate's process's. A reference
+            # that fits an empty GPU but not beside the candidate is the
+            # candidate's doing, not the request's (REFERENCE_ERROR).
+            self.report.update(outcome="CANDIDATE_FAILED", message=errors.one_line(hog), error={
+                "type": "DeviceMemoryHeld", "message": hog, "traceback": "",
+                "candidate_line": 0, "phase": "PHASE_RUN"})
+            return
         if f.party == REFERENCE:
             self.report.update(
                 outcome="REFERENCE_FAILED",
@@ -497,6 +507,27 @@ class RunStage(judge_timing.TimingRounds):
             # Odd outputs the comparison cannot handle count as a difference,
             # not as a crash of the harness.
             return judging.failed("outputs could not be compared: " + errors.exception_line(e))
+
+def _candidate_holds_device_memory(exc):
+    """When the reference ran out of GPU memory while other processes (the
+    candidate's) held more than half of the device: why, in one line; else None."""
+    text = "%s: %s" % (type(exc).__name__, exc)
+    if "out of memory" not in text.lower():
+        return None
+    try:
+        if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+            return None
+        free, total = torch.cuda.mem_get_info()
+        others = total - free - torch.cuda.memory_reserved()
+    except Exception:  # the device is what failed: the reference's error stands
+        return None
+    if others * 2 <= total:
+        return None
+    gib = float(1 << 30)
+    return ("the reference ran out of GPU memory while the candidate's process held "
+            "%.1f of the GPU's %.1f GiB: a candidate that takes the device's memory cannot be "
+            "judged" % (others / gib, total / gib))
+
 
 def _remove(path):
     try:
