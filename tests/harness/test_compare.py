@@ -115,6 +115,7 @@ def _whole_tensor(ref, cand, atol, rtol):
 @pytest.fixture
 def small_chunks(monkeypatch):
     monkeypatch.setattr(compare, "CHUNK_ELEMENTS", 7)
+    monkeypatch.setattr(compare, "CPU_CHUNK_ELEMENTS", 7)
 
 
 def _check_like_whole(ref, cand):
