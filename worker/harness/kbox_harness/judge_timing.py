@@ -95,7 +95,7 @@ class TimingRounds(object):
             outran[1] += 1 if reply.get("outran") is True else 0
             if checks < _MAX_SPOT_CHECKS and (j < 2 or self.rng.random() < _SPOT_CHECK_SHARE):
                 checks += 1
-                self._spot_check(j, ref_out, x, ref_in)
+                self._spot_check(j, k, ref_out, x, ref_in)
             del ref_out, ref_in, x, ref
             if self.device.type == "cuda" and j % 2 == 1:
                 checks += self._uncovered_call(ref_model, pool, k, uncovered, checks < _MAX_SPOT_CHECKS, j)
@@ -165,7 +165,7 @@ class TimingRounds(object):
         x = inputs.perturbed(pool[k], d)
         ref_in = inputs.shifted(x, 1)
         ref_out = self.call(self.forward, ref_model, ref_in)
-        self._spot_check(j, ref_out, x, ref_in)
+        self._spot_check(j, k, ref_out, x, ref_in)
         return 1
 
     def ask_timed(self, cmd):
@@ -200,14 +200,15 @@ class TimingRounds(object):
         with torch.no_grad():
             return model(*x)
 
-    def _spot_check(self, j, ref_out, x, ref_in):
+    def _spot_check(self, j, k, ref_out, x, ref_in):
+        """Compares timed call j's output (on pool set k) with the reference's."""
         out_file = self.new_file("timed")
         reply = self.ask({"op": "save", "out": out_file}, HARNESS)
         data, broken = self._candidate_output(reply, out_file, x, ref_in, ref_out)
         if broken is not None:
             self.findings.add("run.timed-output-mismatch", "timed call %d: %s" % (j + 1, broken))
             return
-        result = self._compare(ref_out, data["out"], self._tolerance(ref_out))
+        result = self._compare(ref_out, data["out"], self._tolerance(ref_out, ("pool", k)))
         if not result["passed"]:
             self.findings.add("run.timed-output-mismatch",
                               "timed call %d returned a wrong output (max abs diff %s): the timed calls "
