@@ -27,39 +27,53 @@ def for_trial(i):
 
 
 def _transform(x, name, gen):
+    # The arithmetic is that of the first version, which drew everything on
+    # the CPU (same draws, same float64 operations, in place where that
+    # changes no bit), so a CPU tensor gets the very same values.
     if name == SCALED:
-        factor = math.exp((torch.rand((), generator=gen, dtype=torch.float64).item() * 2 - 1)
+        factor = math.exp((torch.rand((), generator=gen, dtype=torch.float64, device=x.device).item() * 2 - 1)
                           * math.log(2.0))
         return x * factor
     if name == HEAVY_TAILED:
-        noise = torch.randn(x.shape, generator=gen, dtype=torch.float64)
-        return (x.to(torch.float64) * torch.exp(0.75 * noise)).to(x.dtype)
+        noise = torch.randn(x.shape, generator=gen, dtype=torch.float64, device=x.device)
+        return noise.mul_(0.75).exp_().mul_(x).to(x.dtype)
     if name == RANGE_UNIFORM:
         if x.numel() < 2:
             return x
-        x64 = x.to(torch.float64)
-        finite = x64[torch.isfinite(x64)]
-        if finite.numel() < 2:
+        finite = torch.isfinite(x)
+        # The largest finite magnitude, without gathering the finite values.
+        mag_count = torch.stack([torch.where(finite, x.abs(), torch.zeros_like(x)).max().to(torch.float64),
+                                 finite.sum().to(torch.float64)])
+        mag, count = mag_count.tolist()
+        if count < 2:
             return x
-        mag = finite.abs().max()
-        u = torch.rand(x.shape, generator=gen, dtype=torch.float64) * mag
+        u = torch.rand(x.shape, generator=gen, dtype=torch.float64, device=x.device).mul_(mag)
         # Magnitudes uniform up to the drawn maximum; signs and zeros as drawn.
-        return (torch.sign(x64) * u).to(x.dtype)
+        return u.mul_(torch.sign(x)).to(x.dtype)
     return x
 
 
 def transform(inputs, name, seed):
-    """The input structure with every floating-point CPU-or-device tensor's
-    values redrawn per `name`; generated on the CPU from `seed`, so the same
-    seed gives the same values on every host."""
+    """The input structure with every floating-point tensor's values redrawn
+    per `name`, on the tensor's own device (no copy to the host and back),
+    from a generator of that device seeded with `seed`: the same seed gives
+    the same values on every host with the same kind of device (the CPU's
+    generator, or CUDA's counter-based Philox, whose draws depend on the seed
+    and the shape, not on the GPU model)."""
     if name == AS_DRAWN:
         return inputs
-    gen = torch.Generator()
-    gen.manual_seed(seed)
+    generators = {}
+
+    def generator(device):
+        if device not in generators:
+            generators[device] = torch.Generator(device=device)
+            generators[device].manual_seed(seed)
+        return generators[device]
 
     def one(x):
         if isinstance(x, torch.Tensor) and x.is_floating_point():
-            return _transform(x.detach().to("cpu"), name, gen).to(x.device)
+            with torch.no_grad():
+                return _transform(x.detach(), name, generator(x.device))
         if isinstance(x, (list, tuple)):
             return type(x)(one(v) for v in x)
         return x

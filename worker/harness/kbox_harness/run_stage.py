@@ -147,6 +147,14 @@ class RunStage(judge_timing.TimingRounds):
         except ImportError:
             pass
 
+    def on_device(self, x):
+        """Tensors moved to the stage's device, dtypes as they are."""
+        if isinstance(x, torch.Tensor):
+            return x.to(self.device)
+        if isinstance(x, (list, tuple)):
+            return type(x)(self.on_device(v) for v in x)
+        return x
+
     def prepare(self, x):
         """Moves tensors to the device and floating ones to the stage's dtype."""
         if isinstance(x, torch.Tensor):
@@ -392,7 +400,10 @@ class RunStage(judge_timing.TimingRounds):
         raw = self.draw(seed, get_inputs)
         name = inputs.for_trial(i)
         if name != inputs.AS_DRAWN:
-            x = self.prepare(inputs.transform(raw, name, judging.trial_seed(self.seed, "dist-%d" % i)))
+            # Redrawn on the device, in the draw's own dtype (as on the CPU
+            # before), then cast to the stage's.
+            x = self.prepare(inputs.transform(self.on_device(raw), name,
+                                              judging.trial_seed(self.seed, "dist-%d" % i)))
             ref_in = inputs.clone(x)
             out = self.call(self.forward, ref_model, ref_in)
             if _all_finite(out) or not _all_finite_sample(self.ref_sample):
