@@ -451,7 +451,7 @@ class RunStage(judge_timing.TimingRounds):
         out_file = self.new_file("out")
         reply = self.ask({"op": "forward", "inputs": in_file, "out": out_file})
         atol = self._tolerance(ref_out, ("trial", i))
-        cand_out, broken = self._candidate_output(reply, out_file, x, ref_in, ref_out)
+        cand_out, broken = self._candidate_output(reply, out_file, ref_in, ref_out)
         if broken is None and cand_out is not None:
             result = self._compare(ref_out, cand_out["out"], atol)
             cand_in = cand_out["inputs"]
@@ -464,14 +464,15 @@ class RunStage(judge_timing.TimingRounds):
         result = dict(result, seed=seed, distribution=name)
         return result, (cand_out or {}).get("out"), atol, in_file
 
-    def _candidate_output(self, reply, out_file, x, ref_in, ref_out):
-        """({"out", "inputs"} read back, why the output breaks the contract or None)."""
+    def _candidate_output(self, reply, out_file, ref_in, ref_out, with_inputs=True):
+        """({"out", "inputs"} read back ({"out"} without with_inputs), why the
+        output breaks the contract or None)."""
         if reply.get("contract"):
             broken = errors.one_line(str(reply["contract"]))
             self.findings.add("run.output-contract", broken)
             return None, broken
         data = self.read_candidate(out_file)
-        if not isinstance(data, dict) or "out" not in data or "inputs" not in data:
+        if not isinstance(data, dict) or "out" not in data or (with_inputs and "inputs" not in data):
             return None, "the candidate's output file could not be read"
         aliases = reply.get("aliases") or []
         ref_ptrs = {dynamic_checks.storage_ptr(t) for t in dynamic_checks.tensors(ref_in)}
