@@ -13,6 +13,8 @@ import math
 
 import torch
 
+from . import dynamic_checks
+
 AS_DRAWN = "as-drawn"
 SCALED = "scaled"              # the whole tensor times a factor in [1/2, 2]
 HEAVY_TAILED = "heavy-tailed"  # each element times exp(0.75 * N(0, 1))
@@ -140,7 +142,6 @@ def perturbed_shifted(x, d, k):
 def load_perturbed(dst, x, d):
     """Writes perturbed(x, d) into the tensors of dst (same structure), one
     pass each, no intermediate tensor (bits as perturbed's)."""
-    from . import dynamic_checks
     for to, src in zip(dynamic_checks.tensors(dst), dynamic_checks.tensors(x)):
         if src.is_floating_point():
             torch.mul(src, 1.0 + d, out=to)
