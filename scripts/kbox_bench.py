@@ -160,11 +160,13 @@ def progress_line(elapsed_s, total, submitted, records, metrics):
         ("; queued: " + queues) if queues else "")
 
 
-def run_stream(server, jobs, request_of, resubmit, concurrency, run_id, stop=None, progress_s=15.0):
+def run_stream(server, jobs, request_of, resubmit, concurrency, run_id, stop=None, progress_s=15.0,
+               before=None):
     """Runs every job of `jobs` and, once each of the originals in `resubmit`
     is done, an exact resubmission of it under a new key. Returns records:
     all of them, or, when `stop` ended the wait early (stop.why says why),
-    those finished by then. Prints a progress line every progress_s."""
+    those finished by then. Prints a progress line every progress_s, its
+    build-cache counts since `before` (scrape()'s values at the start)."""
     stop = stop or Stop()
     work, records, lock = queue.Queue(), [], threading.Lock()
     total = len(jobs) + len(resubmit)
@@ -221,6 +223,7 @@ def run_stream(server, jobs, request_of, resubmit, concurrency, run_id, stop=Non
             if time.monotonic() >= next_progress:
                 try:
                     metrics = scrape(server)
+                    metrics.update(diff_metrics(before, metrics) if before else {})
                 except Exception:  # progress is best effort; the run goes on
                     metrics = None
                 with lock:
@@ -491,7 +494,7 @@ def main():
                                   "candidate_source": job["candidate_source"],
                                   "backend": "BACKEND_" + args.backend.upper(), "correctness_trials": 5}
         records = run_stream(server, jobs, request_of, resubmit, args.concurrency,
-                             "%d-%d" % (os.getpid(), int(time.time())), stop, args.progress)
+                             "%d-%d" % (os.getpid(), int(time.time())), stop, args.progress, before)
         try:
             after = scrape(server)
         except Exception:  # a stopped run still reports what finished
