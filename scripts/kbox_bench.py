@@ -212,15 +212,11 @@ def run_stream(server, jobs, request_of, resubmit, concurrency, run_id, stop=Non
     done, next_progress = 0, started + progress_s
     try:
         while done < total:
-            wait = next_progress - time.monotonic()
             left = stop.remaining()
             if left is not None and left <= 0:
                 stop.why = "deadline"
                 break
-            if finished.acquire(timeout=max(0.0, min(wait, left if left is not None else wait))):
-                done += 1
-                continue
-            if time.monotonic() >= next_progress:
+            if time.monotonic() >= next_progress:  # also while results keep coming
                 try:
                     metrics = scrape(server)
                     metrics.update(diff_metrics(before, metrics) if before else {})
@@ -230,6 +226,9 @@ def run_stream(server, jobs, request_of, resubmit, concurrency, run_id, stop=Non
                     line = progress_line(time.monotonic() - started, total, submitted[0], records, metrics)
                 print(line, flush=True)
                 next_progress += progress_s
+            wait = max(0.0, next_progress - time.monotonic())
+            if finished.acquire(timeout=min(wait, left) if left is not None else wait):
+                done += 1
     except KeyboardInterrupt:
         stop.why = "interrupted"
     for _ in threads:
