@@ -144,8 +144,9 @@ class Stop(object):
 
 
 def progress_line(elapsed_s, total, submitted, records, metrics):
-    """One line on where a run stands: jobs submitted, compiled (build-cache
-    lookups: a hit or a compile), finished and their statuses, queue depths."""
+    """One line on where a run stands: jobs submitted, build-cache lookups
+    (a hit, or a miss counted as its compile begins), finished and their
+    statuses, queue depths."""
     statuses = {}
     for r in records:
         statuses[r["result"].get("status")] = statuses.get(r["result"].get("status"), 0) + 1
@@ -154,7 +155,7 @@ def progress_line(elapsed_s, total, submitted, records, metrics):
         compiled = "%d" % sum(metrics[k] for k in METRICS)
     queues = " ".join("%s %d" % (q, metrics[q]) for q in sorted(metrics or {}) if q in QUEUES
                       and metrics[q] is not None)
-    return "[%6.0f s] submitted %d/%d, compiled %s, finished %d (%s)%s" % (
+    return "[%6.0f s] submitted %d/%d, compiles begun or cached %s, finished %d (%s)%s" % (
         elapsed_s, submitted, total, compiled, len(records),
         ", ".join("%s %d" % kv for kv in sorted(statuses.items(), key=lambda kv: str(kv[0]))) or "none",
         ("; queued: " + queues) if queues else "")
@@ -202,9 +203,20 @@ def run_stream(server, jobs, request_of, resubmit, concurrency, run_id, stop=Non
                 work.put((index, job, True))  # its build is in the cache now
             finished.release()
 
+    def print_progress():
+        try:
+            metrics = scrape(server)
+            metrics.update(diff_metrics(before, metrics) if before else {})
+        except Exception:  # progress is best effort; the run goes on
+            metrics = None
+        with lock:
+            line = progress_line(time.monotonic() - started, total, submitted[0], records, metrics)
+        print(line, flush=True)
+
     left = stop.remaining()
     if left is not None and left <= 0:
         stop.why = "deadline"
+        print_progress()
         return []
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(concurrency)]
     for t in threads:
@@ -217,20 +229,15 @@ def run_stream(server, jobs, request_of, resubmit, concurrency, run_id, stop=Non
                 stop.why = "deadline"
                 break
             if time.monotonic() >= next_progress:  # also while results keep coming
-                try:
-                    metrics = scrape(server)
-                    metrics.update(diff_metrics(before, metrics) if before else {})
-                except Exception:  # progress is best effort; the run goes on
-                    metrics = None
-                with lock:
-                    line = progress_line(time.monotonic() - started, total, submitted[0], records, metrics)
-                print(line, flush=True)
+                print_progress()
                 next_progress += progress_s
             wait = max(0.0, next_progress - time.monotonic())
             if finished.acquire(timeout=min(wait, left) if left is not None else wait):
                 done += 1
     except KeyboardInterrupt:
         stop.why = "interrupted"
+    if stop.why:
+        print_progress()  # where the run stood when it was stopped
     for _ in threads:
         work.put(None)
     with lock:

@@ -1,7 +1,8 @@
 """scripts/kbox-bench's progress lines and --deadline: a run cut short
-still prints the summary of what finished, marked PARTIAL. The end-to-end
-test runs the real kboxd (KBOX_BIN_DIR, default <repo>/build/bin) with jobs
-that cannot finish within a 4-second deadline (each needs a compile)."""
+still prints where it stood and the summary of what finished, marked
+PARTIAL. The end-to-end test runs the real kboxd (KBOX_BIN_DIR, default
+<repo>/build/bin) with jobs that cannot finish within a 4-second deadline
+(each needs a compile)."""
 import os
 import subprocess
 import sys
@@ -22,9 +23,9 @@ def test_progress_line_counts_statuses_compiles_and_queues():
     metrics = {"kbox_build_cache_hits_total": 1.0, "kbox_build_cache_misses_total": 4.0,
                "compile": 2.0, "run_cpu": 0.0, "run_gpu": None}
     line = bench.progress_line(47.2, 10, 8, records, metrics)
-    assert line == "[    47 s] submitted 8/10, compiled 5, finished 3 (CORRECT 2, INCORRECT 1); " \
+    assert line == "[    47 s] submitted 8/10, compiles begun or cached 5, finished 3 (CORRECT 2, INCORRECT 1); " \
                    "queued: compile 2 run_cpu 0"
-    assert bench.progress_line(0, 2, 0, [], None) == "[     0 s] submitted 0/2, compiled ?, finished 0 (none)"
+    assert bench.progress_line(0, 2, 0, [], None) == "[     0 s] submitted 0/2, compiles begun or cached ?, finished 0 (none)"
 
 
 def test_a_past_deadline_stops_at_once_with_nothing_finished():
@@ -44,6 +45,6 @@ def test_deadline_prints_a_partial_summary_with_progress_lines(tmp_path):
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120, env=env)
     out = proc.stdout
     assert proc.returncode == 2, out
-    assert "PARTIAL (deadline)" in out and "serial baseline" not in out
+    assert "PARTIAL (deadline)" in out and "serial baseline on" not in out
     assert any(line.startswith("[") and "submitted" in line and "/2," in line for line in out.splitlines()), out
     assert (tmp_path / "summary.json").exists()
