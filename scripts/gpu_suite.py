@@ -37,7 +37,8 @@ FEW_SHOT = ["add", "fuse_gelu", "tiled_matmul", "mnist2", "flash_attn"]
 def start_daemon(work_dir, python, stderr=None, extra_args=()):
     """Starts kboxd; returns (process, URL). stderr: where kboxd's log goes
     (default this process's stderr); extra_args: more kboxd flags."""
-    cmd = [os.path.join(REPO, "build", "bin", "kboxd"), "--listen", "127.0.0.1:0",
+    bin_dir = os.environ.get("KBOX_BIN_DIR") or os.path.join(REPO, "build", "bin")
+    cmd = [os.path.join(bin_dir, "kboxd"), "--listen", "127.0.0.1:0",
            "--work-dir", work_dir, "--python", python] + list(extra_args)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=sys.stderr if stderr is None else stderr,
                             text=True)

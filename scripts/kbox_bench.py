@@ -16,8 +16,14 @@ Issue 6: the same jobs go through kboxd and through a plain serial loop.
    never share the machine.
 4. Prints one summary with the targets of issue 6 beside each figure.
 
+While jobs are outstanding a progress line is printed every --progress
+seconds. At --deadline seconds after the start, or on SIGINT, it stops
+submitting and waiting and prints the summary of what finished, marked
+PARTIAL (no baseline then), so a time-limited run always yields figures.
+
 Usage: scripts/kbox-bench --backend cpu|cuda [--jobs N] [--resubmit-share F]
        [--concurrency C] [--baseline-jobs K] [--server URL] [--out DIR]
+       [--deadline SECONDS] [--progress SECONDS]
 Stdlib only here; the baseline imports torch.
 """
 import argparse
@@ -44,6 +50,8 @@ import kbox_bench_candidates as candidates  # noqa: E402
 
 PHASES = ("static_ms", "compile_ms", "queue_wait_ms", "run_ms", "total_ms")
 METRICS = ("kbox_build_cache_hits_total", "kbox_build_cache_misses_total")
+# kbox_queue_depth{queue=...}: jobs waiting, shown in progress lines.
+QUEUES = ("compile", "run_cpu", "run_gpu")
 TARGETS = {"distinct_per_gpu_hour": 3000, "ratio": 50, "busy": 0.80, "hit_overhead_s": 0.2,
            "startup_s": 0.5}
 
@@ -63,12 +71,12 @@ def start_daemon(python, log_path):
     return proc, server, work_dir, log
 
 
-def stop_daemon(proc, work_dir, log):
-    """SIGTERM, then SIGKILL if it has not exited in 300 s; always reaped."""
+def stop_daemon(proc, work_dir, log, grace_s=300):
+    """SIGTERM, then SIGKILL if it has not exited in grace_s; always reaped."""
     try:
         proc.send_signal(signal.SIGTERM)
         try:
-            proc.wait(timeout=300)
+            proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
@@ -86,22 +94,32 @@ def http(server, path, body=None, timeout=90):
     return json.loads(raw) if raw.lstrip().startswith("{") else raw
 
 
+def diff_metrics(before, after):
+    return {k: (after[k] - before[k]) if after.get(k) is not None and before.get(k) is not None else None
+            for k in METRICS}
+
+
 def scrape(server):
-    text = http(server, "/metrics")
+    """METRICS' values and the queue depths (by queue name), None where absent."""
+    text = http(server, "/metrics", timeout=10)
     out = {}
     for name in METRICS:
         m = re.search(r"^%s(?:\{[^}]*\})? ([0-9.e+]+)$" % name, text, flags=re.M)
         out[name] = float(m.group(1)) if m else None
+    for q in QUEUES:
+        m = re.search(r'^kbox_queue_depth\{[^}]*queue="%s"[^}]*\} ([0-9.e+]+)$' % q, text, flags=re.M)
+        out[q] = float(m.group(1)) if m else None
     return out
 
 
-def run_job(server, key, request):
+def run_job(server, key, request, on_submitted=lambda: None):
     """Submits one job under key and waits for its result; returns
     (result, submitted_at, done_at) in time.monotonic() seconds."""
     while True:
         try:
             submitted = time.monotonic()
             reply = http(server, "/v1/jobs", {"jobs": [{"idempotency_key": key, "request": request}]})
+            on_submitted()
             break
         except urllib.error.HTTPError as e:
             if e.code != 429:  # no room: retry after the daemon's hint; anything else is fatal
@@ -113,14 +131,55 @@ def run_job(server, key, request):
     return job["result"], submitted, time.monotonic()
 
 
-def run_stream(server, jobs, request_of, resubmit, concurrency, run_id):
+class Stop(object):
+    """When run_stream stops waiting: at a deadline (time.monotonic()
+    seconds, or None) or once interrupted (SIGINT)."""
+
+    def __init__(self, deadline=None):
+        self.deadline = deadline
+        self.why = None  # "deadline" or "interrupted" once stopped early
+
+    def remaining(self):
+        return None if self.deadline is None else self.deadline - time.monotonic()
+
+
+def progress_line(elapsed_s, total, submitted, records, metrics):
+    """One line on where a run stands: jobs submitted, build-cache lookups
+    (a hit, or a miss counted as its compile begins), finished and their
+    statuses, queue depths."""
+    statuses = {}
+    for r in records:
+        statuses[r["result"].get("status")] = statuses.get(r["result"].get("status"), 0) + 1
+    compiled = "?"
+    if metrics and None not in (metrics.get(k) for k in METRICS):
+        compiled = "%d" % sum(metrics[k] for k in METRICS)
+    queues = " ".join("%s %d" % (q, metrics[q]) for q in sorted(metrics or {}) if q in QUEUES
+                      and metrics[q] is not None)
+    return "[%6.0f s] submitted %d/%d, compiles begun or cached %s, finished %d (%s)%s" % (
+        elapsed_s, submitted, total, compiled, len(records),
+        ", ".join("%s %d" % kv for kv in sorted(statuses.items(), key=lambda kv: str(kv[0]))) or "none",
+        ("; queued: " + queues) if queues else "")
+
+
+def run_stream(server, jobs, request_of, resubmit, concurrency, run_id, stop=None, progress_s=15.0,
+               before=None):
     """Runs every job of `jobs` and, once each of the originals in `resubmit`
-    is done, an exact resubmission of it under a new key. Returns records."""
+    is done, an exact resubmission of it under a new key. Returns records:
+    all of them, or, when `stop` ended the wait early (stop.why says why),
+    those finished by then. Prints a progress line every progress_s, its
+    build-cache counts since `before` (scrape()'s values at the start)."""
+    stop = stop or Stop()
     work, records, lock = queue.Queue(), [], threading.Lock()
     total = len(jobs) + len(resubmit)
     finished = threading.Semaphore(0)
+    submitted = [0]
+    started = time.monotonic()
     for i, job in enumerate(jobs):
         work.put((i, job, False))
+
+    def count_submitted():
+        with lock:
+            submitted[0] += 1
 
     def worker():
         while True:
@@ -128,9 +187,11 @@ def run_stream(server, jobs, request_of, resubmit, concurrency, run_id):
             if item is None:
                 return
             index, job, again = item
+            if stop.why:
+                return
             key = "kbox-bench-%s/%d%s" % (run_id, index, "-again" if again else "")
             try:
-                result, t0, t1 = run_job(server, key, request_of(job))
+                result, t0, t1 = run_job(server, key, request_of(job), count_submitted)
                 record = {"id": job["id"], "resubmission": again, "result": result,
                           "submitted": t0, "done": t1}
             except Exception as exc:  # a transport failure is recorded, not hidden
@@ -142,14 +203,45 @@ def run_stream(server, jobs, request_of, resubmit, concurrency, run_id):
                 work.put((index, job, True))  # its build is in the cache now
             finished.release()
 
+    def print_progress():
+        try:
+            metrics = scrape(server)
+            metrics.update(diff_metrics(before, metrics) if before else {})
+        except Exception:  # progress is best effort; the run goes on
+            metrics = None
+        with lock:
+            line = progress_line(time.monotonic() - started, total, submitted[0], records, metrics)
+        print(line, flush=True)
+
+    left = stop.remaining()
+    if left is not None and left <= 0:
+        stop.why = "deadline"
+        print_progress()
+        return []
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(concurrency)]
     for t in threads:
         t.start()
-    for _ in range(total):
-        finished.acquire()
+    done, next_progress = 0, started + progress_s
+    try:
+        while done < total:
+            left = stop.remaining()
+            if left is not None and left <= 0:
+                stop.why = "deadline"
+                break
+            if time.monotonic() >= next_progress:  # also while results keep coming
+                print_progress()
+                next_progress += progress_s
+            wait = max(0.0, next_progress - time.monotonic())
+            if finished.acquire(timeout=min(wait, left) if left is not None else wait):
+                done += 1
+    except KeyboardInterrupt:
+        stop.why = "interrupted"
+    if stop.why:
+        print_progress()  # where the run stood when it was stopped
     for _ in threads:
         work.put(None)
-    return records
+    with lock:
+        return list(records)
 
 
 def pct(values, p):
@@ -307,7 +399,8 @@ def summarise(args, info, records, metrics, baseline, scale_note, baseline_asked
 def print_summary(s):
     f = lambda v, fmt="%.1f": "n/a" if v is None else fmt % v  # noqa: E731
     unit = "GPU-hour" if s["gpus"] else "device-hour (CPU backend: the machine = 1 device)"
-    print("\n===== kbox-bench summary (%s backend) =====" % s["backend"])
+    print("\n===== kbox-bench summary (%s backend)%s =====" % (
+        s["backend"], " PARTIAL (%s): only the jobs finished by then" % s["partial"] if s.get("partial") else ""))
     print("reference sizes: %s" % s["scale"])
     print("jobs %d = %d distinct + %d exact resubmissions; concurrency %d; compile workers %s; %s"
           % (s["jobs"], s["distinct"], s["resubmissions"], s["concurrency"], s["compile_workers"],
@@ -375,7 +468,12 @@ def main():
                         "naive kernels, slow at full size on a GPU), or 1,2")
     p.add_argument("--seed", type=int, default=1, help="picks which candidates are resubmitted")
     p.add_argument("--out", default="", help="directory for summary.json and results.json")
+    p.add_argument("--deadline", type=float, default=0,
+                   help="seconds from the start: stop submitting and waiting then and print the summary "
+                        "of what finished, marked PARTIAL, without the baseline (0: none)")
+    p.add_argument("--progress", type=float, default=15, help="seconds between progress lines")
     args = p.parse_args()
+    stop = Stop(time.monotonic() + args.deadline if args.deadline > 0 else None)
 
     scale = args.cpu_scale if args.backend == "cpu" else args.gpu_scale
     levels = tuple(int(x) for x in args.levels.split(","))
@@ -402,26 +500,36 @@ def main():
                                   "candidate_source": job["candidate_source"],
                                   "backend": "BACKEND_" + args.backend.upper(), "correctness_trials": 5}
         records = run_stream(server, jobs, request_of, resubmit, args.concurrency,
-                             "%d-%d" % (os.getpid(), int(time.time())))
-        after = scrape(server)
+                             "%d-%d" % (os.getpid(), int(time.time())), stop, args.progress, before)
+        try:
+            after = scrape(server)
+        except Exception:  # a stopped run still reports what finished
+            after = {k: None for k in METRICS}
+        if stop.why:
+            # Printed before kboxd is stopped: stopping it waits for the
+            # jobs still in flight.
+            summary = summarise(args, info, records, diff_metrics(before, after), [], scale_note, 0)
+            summary["partial"] = stop.why
+            print_summary(summary)
     finally:
         if daemon:
-            stop_daemon(daemon, work_dir, log)
-    metrics = {k: (after[k] - before[k]) if after[k] is not None and before[k] is not None else None
-               for k in METRICS}
-    baseline = []
-    sample = baseline_sample(jobs, args.baseline_jobs)
-    if sample:
-        print("serial baseline on %d of the same jobs (spread over the list)..." % len(sample), flush=True)
-        baseline = run_baseline(args.python, sample, args.backend)
-    summary = summarise(args, info, records, metrics, baseline, scale_note, len(sample))
-    print_summary(summary)
+            stop_daemon(daemon, work_dir, log, grace_s=10 if stop.why else 300)
+    if not stop.why:
+        baseline = []
+        sample = baseline_sample(jobs, args.baseline_jobs)
+        if sample:
+            print("serial baseline on %d of the same jobs (spread over the list)..." % len(sample), flush=True)
+            baseline = run_baseline(args.python, sample, args.backend)
+        summary = summarise(args, info, records, diff_metrics(before, after), baseline, scale_note, len(sample))
+        print_summary(summary)
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "summary.json"), "w") as f:
             json.dump(summary, f, indent=1, sort_keys=True)
         with open(os.path.join(args.out, "results.json"), "w") as f:
             json.dump(records, f, indent=1, sort_keys=True)
+    if summary.get("partial"):
+        return 2
     return 0 if summary["correct_rewardable"] == summary["jobs"] else 1
 
 

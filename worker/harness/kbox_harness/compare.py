@@ -1,11 +1,29 @@
 """Compares the candidate's outputs with the reference's (one TrialResult).
 
-Values are compared in float64 on the CPU with torch.allclose(equal_nan=True)
+Values are compared in float64 with torch.allclose(equal_nan=True)
 semantics: |d| <= atol + rtol*|ref| for finite pairs, exact equality for
 infinities, NaN only where the reference has NaN.
+
+The arithmetic runs on the tensors' own device (a GPU output never goes to
+the host: only max abs/rel error, mismatch counts and the first mismatch
+come back), over the flattened tensor in chunks of CHUNK_ELEMENTS, so the
+float64 copies take a bounded amount of extra memory whatever the output's
+size (a 6.4 GB float32 output would be 12.8 GB in float64). IEEE float64
+gives the same answer on either device, chunked or not: every figure is an
+elementwise test, a count or a maximum.
 """
+import math
+
 import torch
 
+# Elements per chunk on a GPU: the float64 working set of a chunk is a few
+# tensors of 8 bytes an element (about 1 GiB in all at 16 Mi), small next to
+# a GPU's memory and large enough that per-chunk launches and the two host
+# syncs per chunk cost nothing measurable.
+CHUNK_ELEMENTS = 1 << 24
+# On the CPU, chunks that stay in cache (2 MiB a float64 tensor): 4-5x faster
+# than 16 Mi on a 25 MB output (docs/benchmarks.md).
+CPU_CHUNK_ELEMENTS = 1 << 18
 
 def flatten(out):
     """Outputs as a flat list: a tensor, or nested tuples/lists of them."""
@@ -21,11 +39,24 @@ def _shape(t):
     return list(t.shape)
 
 
-def _as_f64(t):
-    t = t.detach().to("cpu")
-    if t.is_complex():
-        t = torch.view_as_real(t.to(torch.complex128))
-    return t.to(torch.float64)
+def flat_f64_chunks(t, device=None, chunk=None):
+    """(offset, float64 1-D chunk) over t flattened, on t's device (or
+    `device`). A complex tensor is read as its real view (real, imaginary
+    pairs), as compare_outputs reports it."""
+    flat = t.detach().reshape(-1)
+    where = device if device is not None else flat.device
+    chunk = chunk or (CPU_CHUNK_ELEMENTS if torch.device(where).type == "cpu" else CHUNK_ELEMENTS)
+    complex_ = flat.is_complex()
+    step = max(1, chunk // 2) if complex_ else chunk
+    for start in range(0, flat.numel(), step):
+        part = flat[start:start + step]
+        if device is not None:
+            part = part.to(device)
+        if complex_:
+            part = torch.view_as_real(part.to(torch.complex128)).reshape(-1)
+            yield 2 * start, part
+        else:
+            yield start, part.to(torch.float64)
 
 
 def _unravel(flat_index, shape):
@@ -40,6 +71,73 @@ def _scalar_tensor(x):
     return torch.tensor(x) if isinstance(x, (bool, int, float)) else None
 
 
+class _Tally(object):
+    """The running figures of one comparison."""
+
+    def __init__(self):
+        self.total = 0
+        self.mismatched = 0
+        self.nonfinite_mismatch = 0
+        self.max_abs = 0.0
+        self.max_rel = 0.0
+
+
+def _compare_chunk(rf, cf, atol, rtol):
+    """(bad mask or None when none is bad, [mismatches, non-finite
+    mismatches, max abs diff, max rel diff] as 0-d float64 tensors) of two
+    float64 chunks."""
+    diff = (cf - rf).abs_()
+    # A NaN or an infinity on either side makes the difference non-finite,
+    # and a finite one means both sides are finite; where the largest
+    # difference is finite (a NaN anywhere makes it NaN) the full rule below
+    # reduces to |d| <= atol + rtol*|ref| (d = 0 where they are equal).
+    max_abs = diff.max()
+    if math.isfinite(float(max_abs)):
+        ref_abs = rf.abs()
+        bad = diff > ref_abs * rtol + atol
+        n_bad = bad.sum()
+        max_rel = diff.div_(ref_abs.add_(1e-12)).max()
+        return bad, [n_bad, torch.zeros_like(n_bad), max_abs, max_rel]
+    finite = torch.isfinite(rf) & torch.isfinite(cf)
+    both_nan = torch.isnan(rf) & torch.isnan(cf)
+    # Identical values (same infinity, both NaN) differ by 0, not NaN.
+    same = (rf == cf) | both_nan
+    diff = torch.where(same, torch.zeros_like(diff), diff)
+    close = torch.where(finite, diff <= atol + rtol * rf.abs(), same)
+    bad = ~close
+    figures = [bad.sum(), (bad & ~finite).sum(), diff.max(), (diff / (rf.abs() + 1e-12)).max()]
+    return bad, figures
+
+
+def _compare_tensor(i, r, c, atol, rtol, tally, result):
+    """Adds tensor pair i (same shape and dtype) to the tally; records the
+    first mismatch in result."""
+    shape = _shape(r) + ([2] if r.is_complex() else [])
+    c_chunks = flat_f64_chunks(c, device=r.device)
+    for (start, rf), (_, cf) in zip(flat_f64_chunks(r), c_chunks):
+        tally.total += rf.numel()
+        bad, figures = _compare_chunk(rf, cf, atol, rtol)
+        # One transfer of four scalars per chunk (counts are exact in float64
+        # up to 2**53 elements).
+        n_bad, n_nonfinite, max_abs, max_rel = torch.stack(
+            [f.to(torch.float64) for f in figures]).tolist()
+        tally.mismatched += int(n_bad)
+        tally.nonfinite_mismatch += int(n_nonfinite)
+        tally.max_abs = _nanmax(tally.max_abs, max_abs)
+        tally.max_rel = _nanmax(tally.max_rel, max_rel)
+        if n_bad and "first_mismatch" not in result:
+            # argmax of a 0/1 tensor is its first 1 (PyTorch returns the
+            # first maximal index).
+            local = int(torch.argmax(bad.to(torch.uint8)))
+            pair = torch.stack([rf[local], cf[local]]).tolist()
+            result["first_mismatch"] = {
+                "output_index": i,
+                "index": _unravel(start + local, shape),
+                "expected": pair[0],
+                "actual": pair[1],
+            }
+
+
 def compare_outputs(ref_out, cand_out, atol, rtol):
     """Returns the TrialResult fields (all but seed) as a dict."""
     refs, cands = flatten(ref_out), flatten(cand_out)
@@ -50,11 +148,7 @@ def compare_outputs(ref_out, cand_out, atol, rtol):
         return result
     multi = len(refs) > 1
     failures = []
-    total = 0
-    mismatched = 0
-    max_abs = 0.0
-    max_rel = 0.0
-    nonfinite_mismatch = 0
+    tally = _Tally()
     for i, (r, c) in enumerate(zip(refs, cands)):
         where = "output %d: " % i if multi else ""
         if not isinstance(r, torch.Tensor):
@@ -74,47 +168,22 @@ def compare_outputs(ref_out, cand_out, atol, rtol):
         if c.dtype != r.dtype:
             failures.append("%sdtype mismatch: expected %s, got %s" % (where, r.dtype, c.dtype))
             continue
-        rf, cf = _as_f64(r), _as_f64(c)
-        total += rf.numel()
-        if rf.numel() == 0:
-            continue
-        finite = torch.isfinite(rf) & torch.isfinite(cf)
-        both_nan = torch.isnan(rf) & torch.isnan(cf)
-        diff = (cf - rf).abs()
-        # Identical values (same infinity, both NaN) differ by 0, not NaN.
-        same = (rf == cf) | both_nan
-        diff = torch.where(same, torch.zeros_like(diff), diff)
-        close = torch.where(finite, diff <= atol + rtol * rf.abs(), same)
-        bad = ~close
-        n_bad = int(bad.sum())
-        mismatched += n_bad
-        nonfinite_mismatch += int((bad & ~finite).sum())
-        max_abs = _nanmax(max_abs, diff)
-        max_rel = _nanmax(max_rel, diff / (rf.abs() + 1e-12))
-        if n_bad and "first_mismatch" not in result:
-            flat = int(bad.reshape(-1).nonzero()[0])
-            shape = _shape(rf)
-            result["first_mismatch"] = {
-                "output_index": i,
-                "index": _unravel(flat, shape),
-                "expected": float(rf.reshape(-1)[flat]),
-                "actual": float(cf.reshape(-1)[flat]),
-            }
-    if nonfinite_mismatch:
-        failures.append("NaN/Inf placement differs at %d element(s)" % nonfinite_mismatch)
-    result["max_abs_diff"] = max_abs
-    result["max_rel_diff"] = max_rel
-    result["mismatch_fraction"] = (mismatched / float(total)) if total else 0.0
+        with torch.no_grad():
+            _compare_tensor(i, r, c, atol, rtol, tally, result)
+    if tally.nonfinite_mismatch:
+        failures.append("NaN/Inf placement differs at %d element(s)" % tally.nonfinite_mismatch)
+    result["max_abs_diff"] = tally.max_abs
+    result["max_rel_diff"] = tally.max_rel
+    result["mismatch_fraction"] = (tally.mismatched / float(tally.total)) if tally.total else 0.0
     result["failure"] = "; ".join(failures)
-    result["passed"] = not failures and mismatched == 0
+    result["passed"] = not failures and tally.mismatched == 0
     return result
 
 
-def _nanmax(current, t):
-    """max(current, t.max()) where a NaN anywhere makes the result NaN."""
+def _nanmax(current, m):
+    """max(current, m) where a NaN on either side makes the result NaN."""
     if current != current:
         return current
-    m = float(t.max())
     if m != m:
         return m
     return max(current, m)

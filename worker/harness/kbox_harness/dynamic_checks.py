@@ -112,14 +112,47 @@ def poison(out, keep):
 
 # -- degenerate problems -----------------------------------------------------------
 
-def _trivial_outputs(r):
-    """Outputs that need no computation: zeros, and (for more than one
-    element that are not all equal) the mean everywhere."""
-    yield "zeros", torch.zeros_like(r)
-    if r.numel() > 1:
-        m = r.mean()
-        if not bool((r == m).all()):
-            yield "the mean everywhere", torch.full_like(r, float(m))
+def _all_close_to(value, chunks, atol, rtol):
+    """torch.allclose(full_like(r, value), r, atol, rtol) for a finite r given
+    as float64 chunks (|value - r| <= atol + rtol*|r| everywhere)."""
+    for _, part in chunks():
+        if not bool(((part - value).abs_() <= part.abs() * rtol + atol).all()):
+            return False
+    return True
+
+
+def _degenerate_tensor(r, atol, rtol):
+    """(baseline name, root mean square) of the first trivial output that
+    passes for floating tensor r: zeros, then (for more than one element
+    that are not all equal) the mean everywhere; None when neither does.
+
+    Computed in float64 on r's device over chunks (compare.flat_f64_chunks),
+    scalars only coming back. A non-finite element makes both fail (allclose
+    matches an infinity or NaN only with itself, and the mean is then not
+    finite), so such a tensor is skipped as a whole."""
+    def chunks():
+        return compare.flat_f64_chunks(r)
+    total = torch.zeros(3, dtype=torch.float64, device=r.device)  # sum, sum of squares, non-finite
+    zeros_pass = True
+    for _, part in chunks():
+        absolute = part.abs()
+        # One host sync a chunk: zeros pass while |r| <= atol + rtol*|r|.
+        figures = torch.stack([part.sum(), part.square().sum(), (~torch.isfinite(part)).sum().to(part.dtype),
+                               (absolute > absolute * rtol + atol).any().to(part.dtype)])
+        total += figures[:3]
+        zeros_pass = zeros_pass and not bool(figures[3])
+    sum_, sum_sq, nonfinite = total.tolist()
+    if nonfinite:
+        return None
+    n = r.numel()
+    rms = (sum_sq / n) ** 0.5
+    if zeros_pass:
+        return "zeros", rms
+    if n > 1:
+        mean = sum_ / n
+        if not _all_close_to(mean, chunks, 0.0, 0.0) and _all_close_to(mean, chunks, atol, rtol):
+            return "the mean everywhere", rms
+    return None
 
 
 def degenerate(ref_out, atol, rtol):
@@ -129,20 +162,17 @@ def degenerate(ref_out, atol, rtol):
     The tightened atol is 1 % of the output's root-mean-square, so the
     candidate must get the values' shape right, not only their size."""
     worst = None
-    for r in compare.flatten(ref_out):
-        if not isinstance(r, torch.Tensor) or not r.is_floating_point() or not r.numel():
-            continue
-        r64 = r.detach().to("cpu", torch.float64)
-        finite = r64[torch.isfinite(r64)]
-        if not finite.numel():
-            continue
-        for name, trivial in _trivial_outputs(r64):
-            if bool(torch.allclose(trivial, r64, atol=atol, rtol=rtol, equal_nan=True)):
-                rms = float(finite.pow(2).mean().sqrt())
-                tight = min(atol, 0.01 * rms) if rms > 0 else atol
-                if worst is None or tight < worst[1]:
-                    worst = (name, tight)
-                break
+    with torch.no_grad():
+        for r in compare.flatten(ref_out):
+            if not isinstance(r, torch.Tensor) or not r.is_floating_point() or not r.numel():
+                continue
+            found = _degenerate_tensor(r, atol, rtol)
+            if found is None:
+                continue
+            name, rms = found
+            tight = min(atol, 0.01 * rms) if rms > 0 else atol
+            if worst is None or tight < worst[1]:
+                worst = (name, tight)
     return worst
 
 

@@ -13,6 +13,8 @@ import math
 
 import torch
 
+from . import dynamic_checks
+
 AS_DRAWN = "as-drawn"
 SCALED = "scaled"              # the whole tensor times a factor in [1/2, 2]
 HEAVY_TAILED = "heavy-tailed"  # each element times exp(0.75 * N(0, 1))
@@ -27,39 +29,53 @@ def for_trial(i):
 
 
 def _transform(x, name, gen):
+    # The arithmetic is that of the first version, which drew everything on
+    # the CPU (same draws, same float64 operations, in place where that
+    # changes no bit), so a CPU tensor gets the very same values.
     if name == SCALED:
-        factor = math.exp((torch.rand((), generator=gen, dtype=torch.float64).item() * 2 - 1)
+        factor = math.exp((torch.rand((), generator=gen, dtype=torch.float64, device=x.device).item() * 2 - 1)
                           * math.log(2.0))
         return x * factor
     if name == HEAVY_TAILED:
-        noise = torch.randn(x.shape, generator=gen, dtype=torch.float64)
-        return (x.to(torch.float64) * torch.exp(0.75 * noise)).to(x.dtype)
+        noise = torch.randn(x.shape, generator=gen, dtype=torch.float64, device=x.device)
+        return noise.mul_(0.75).exp_().mul_(x).to(x.dtype)
     if name == RANGE_UNIFORM:
         if x.numel() < 2:
             return x
-        x64 = x.to(torch.float64)
-        finite = x64[torch.isfinite(x64)]
-        if finite.numel() < 2:
+        finite = torch.isfinite(x)
+        # The largest finite magnitude, without gathering the finite values.
+        mag_count = torch.stack([torch.where(finite, x.abs(), torch.zeros_like(x)).max().to(torch.float64),
+                                 finite.sum().to(torch.float64)])
+        mag, count = mag_count.tolist()
+        if count < 2:
             return x
-        mag = finite.abs().max()
-        u = torch.rand(x.shape, generator=gen, dtype=torch.float64) * mag
+        u = torch.rand(x.shape, generator=gen, dtype=torch.float64, device=x.device).mul_(mag)
         # Magnitudes uniform up to the drawn maximum; signs and zeros as drawn.
-        return (torch.sign(x64) * u).to(x.dtype)
+        return u.mul_(torch.sign(x)).to(x.dtype)
     return x
 
 
 def transform(inputs, name, seed):
-    """The input structure with every floating-point CPU-or-device tensor's
-    values redrawn per `name`; generated on the CPU from `seed`, so the same
-    seed gives the same values on every host."""
+    """The input structure with every floating-point tensor's values redrawn
+    per `name`, on the tensor's own device (no copy to the host and back),
+    from a generator of that device seeded with `seed`: the same seed gives
+    the same values on every host with the same kind of device (the CPU's
+    generator, or CUDA's counter-based Philox, whose draws depend on the seed
+    and the shape, not on the GPU model)."""
     if name == AS_DRAWN:
         return inputs
-    gen = torch.Generator()
-    gen.manual_seed(seed)
+    generators = {}
+
+    def generator(device):
+        if device not in generators:
+            generators[device] = torch.Generator(device=device)
+            generators[device].manual_seed(seed)
+        return generators[device]
 
     def one(x):
         if isinstance(x, torch.Tensor) and x.is_floating_point():
-            return _transform(x.detach().to("cpu"), name, gen).to(x.device)
+            with torch.no_grad():
+                return _transform(x.detach(), name, generator(x.device))
         if isinstance(x, (list, tuple)):
             return type(x)(one(v) for v in x)
         return x
@@ -88,17 +104,46 @@ def perturbed(x, d):
     return x
 
 
+def _shifted_empty(x, k):
+    step = max(1, 256 // max(1, x.element_size()))
+    off = step * max(1, k)
+    buf = torch.empty(x.numel() + off, dtype=x.dtype, device=x.device)
+    return buf[off:].view(x.shape)
+
+
 def shifted(x, k):
     """A copy at a fresh address: a view k * 256 bytes into a slightly larger
     buffer (vector loads stay aligned), so a cache keyed on addresses never
     hits either."""
     if isinstance(x, torch.Tensor):
-        step = max(1, 256 // max(1, x.element_size()))
-        off = step * max(1, k)
-        buf = torch.empty(x.numel() + off, dtype=x.dtype, device=x.device)
-        view = buf[off:].view(x.shape)
+        view = _shifted_empty(x, k)
         view.copy_(x)
         return view
     if isinstance(x, (list, tuple)):
         return type(x)(shifted(v, k) for v in x)
     return x
+
+
+def perturbed_shifted(x, d, k):
+    """shifted(perturbed(x, d), k) in one pass, no intermediate tensor: the
+    product is written straight into the shifted buffer. The same
+    multiplication (same dtype promotion, same kernel), so the same bits."""
+    if isinstance(x, torch.Tensor):
+        if not x.is_floating_point():
+            return shifted(x, k)
+        view = _shifted_empty(x, k)
+        torch.mul(x, 1.0 + d, out=view)
+        return view
+    if isinstance(x, (list, tuple)):
+        return type(x)(perturbed_shifted(v, d, k) for v in x)
+    return x
+
+
+def load_perturbed(dst, x, d):
+    """Writes perturbed(x, d) into the tensors of dst (same structure), one
+    pass each, no intermediate tensor (bits as perturbed's)."""
+    for to, src in zip(dynamic_checks.tensors(dst), dynamic_checks.tensors(x)):
+        if src.is_floating_point():
+            torch.mul(src, 1.0 + d, out=to)
+        else:
+            to.copy_(src)

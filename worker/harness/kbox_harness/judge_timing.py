@@ -60,7 +60,7 @@ class TimingRounds(object):
             self.ask({"op": "time"})
         graph = self._capture_reference(ref_model, pool)
         # Each side sizes its own launch cover to its warm model (timing.Clock).
-        self.call(clock.fit, self._reference_call(ref_model, graph, pool[0])[1])
+        self.call(clock.fit, self._reference_call(ref_model, graph, pool[0], 0.0)[1])
         self.ask({"op": "prep", "pool": 0, "scale": 0.0, "shift": 1}, HARNESS)
         fit = self.ask({"op": "fit"})
         cand_cover = judging.number(fit.get("cover_ms")) or 0.0
@@ -74,13 +74,17 @@ class TimingRounds(object):
         max_calls = max(spec.performance_trials, _MAX_CALLS_FACTOR * spec.performance_trials)
         for j in range(max_calls):
             k = j % len(pool)
+            steps = trace.steps()
             d = self.rng.uniform(-1e-3, 1e-3)
-            x = inputs.perturbed(pool[k], d)
-            ref_in, ref_fn = self._reference_call(ref_model, graph, x)
+            ref_in, ref_fn = self._reference_call(ref_model, graph, pool[k], d)
+            steps.lap("ref_prep")
             ref = self.call(clock.time, ref_fn)
             ref_out = ref.out
+            steps.lap("ref_call")
             self.ask({"op": "prep", "pool": k, "scale": d, "shift": self.rng.randrange(1, 9)}, HARNESS)
+            steps.lap("cand_prep")
             reply, ms = self.ask_timed({"op": "time"})
+            steps.lap("cand_call")
             outside.append(ms)
             cand_ms = judging.number(reply.get("ms"))
             if cand_ms is None:
@@ -88,19 +92,23 @@ class TimingRounds(object):
             ref_times.append(ref.ms)
             cand_times.append(cand_ms)
             outran[0] += 1 if ref.outran else 0
-            trace.write(round=j, ref_ms=ref.ms, ref_host_ms=ref.host_ms, ref_outran=ref.outran,
-                        ref_cover_gpu_ms=ref.cover_gpu_ms, ref_cover_ms=clock.cover_ms, cand_ms=cand_ms,
-                        cand_outran=reply.get("outran"), cand_cover_gpu_ms=reply.get("cover_gpu_ms"),
-                        outside_ms=ms)
+            record = dict(round=j, ref_ms=ref.ms, ref_host_ms=ref.host_ms, ref_outran=ref.outran,
+                          ref_cover_gpu_ms=ref.cover_gpu_ms, ref_cover_ms=clock.cover_ms, cand_ms=cand_ms,
+                          cand_outran=reply.get("outran"), cand_cover_gpu_ms=reply.get("cover_gpu_ms"),
+                          outside_ms=ms)
             outran[1] += 1 if reply.get("outran") is True else 0
             if checks < _MAX_SPOT_CHECKS and (j < 2 or self.rng.random() < _SPOT_CHECK_SHARE):
                 checks += 1
-                self._spot_check(j, ref_out, x, ref_in)
-            del ref_out, ref_in, x, ref
+                self._spot_check(j, k, ref_out, ref_in)
+                steps.lap("spot_check")
+            del ref_out, ref_in, ref
             if self.device.type == "cuda" and j % 2 == 1:
                 checks += self._uncovered_call(ref_model, pool, k, uncovered, checks < _MAX_SPOT_CHECKS, j)
+                steps.lap("uncovered")
             if j % _OVERHEAD_EVERY == _OVERHEAD_EVERY - 1:
                 overhead.append(self._empty_round(clock, k))
+                steps.lap("empty_round")
+            trace.write(steps_ms=steps.laps, **record)
             n = j + 1
             if n >= spec.performance_trials:
                 settled = timing.relative_ci(ref_times) <= 0.01 and timing.relative_ci(cand_times) <= 0.01
@@ -121,14 +129,17 @@ class TimingRounds(object):
             self.findings.add("run.timing-mismatch", why)
         self._physical_floor(cand["lower_quartile_ms"])
 
-    def _reference_call(self, ref_model, graph, x):
-        """(the inputs the reference's call sees, the call) for input set x:
-        a replay of the captured graph with x copied into its buffers, or
-        the eager forward on a copy of x at a fresh address."""
+    def _reference_call(self, ref_model, graph, base, d):
+        """(the inputs the reference's call sees, the call) for pool set
+        `base` perturbed by d (inputs.perturbed): a replay of the captured
+        graph with the perturbed values written into its buffers, or the
+        eager forward on them at a fresh address. Either way written in one
+        pass, with no intermediate copy (d = 0 leaves the values as they are:
+        x * 1.0 == x)."""
         if graph is not None:
-            self.call(graph.load, x)
+            self.call(inputs.load_perturbed, graph.static, base, d)
             return graph.static, graph.replay
-        ref_in = inputs.shifted(x, self.rng.randrange(1, 9))
+        ref_in = inputs.perturbed_shifted(base, d, self.rng.randrange(1, 9))
         return ref_in, lambda: self._no_grad(ref_model, ref_in)
 
     def _capture_reference(self, ref_model, pool):
@@ -162,10 +173,9 @@ class TimingRounds(object):
         uncovered[1].append(host)
         if not may_check or self.rng.random() >= _SPOT_CHECK_SHARE:
             return 0
-        x = inputs.perturbed(pool[k], d)
-        ref_in = inputs.shifted(x, 1)
+        ref_in = inputs.perturbed_shifted(pool[k], d, 1)
         ref_out = self.call(self.forward, ref_model, ref_in)
-        self._spot_check(j, ref_out, x, ref_in)
+        self._spot_check(j, k, ref_out, ref_in)
         return 1
 
     def ask_timed(self, cmd):
@@ -200,14 +210,15 @@ class TimingRounds(object):
         with torch.no_grad():
             return model(*x)
 
-    def _spot_check(self, j, ref_out, x, ref_in):
+    def _spot_check(self, j, k, ref_out, ref_in):
+        """Compares timed call j's output (on pool set k) with the reference's."""
         out_file = self.new_file("timed")
-        reply = self.ask({"op": "save", "out": out_file}, HARNESS)
-        data, broken = self._candidate_output(reply, out_file, x, ref_in, ref_out)
+        reply = self.ask({"op": "save", "out": out_file, "inputs": False}, HARNESS)
+        data, broken = self._candidate_output(reply, out_file, ref_in, ref_out, with_inputs=False)
         if broken is not None:
             self.findings.add("run.timed-output-mismatch", "timed call %d: %s" % (j + 1, broken))
             return
-        result = self._compare(ref_out, data["out"], self._tolerance(ref_out))
+        result = self._compare(ref_out, data["out"], self._tolerance(ref_out, ("pool", k)))
         if not result["passed"]:
             self.findings.add("run.timed-output-mismatch",
                               "timed call %d returned a wrong output (max abs diff %s): the timed calls "
@@ -234,6 +245,10 @@ class _RoundTrace(object):
     def __init__(self, path):
         self._file = open(path, "a") if path else None
 
+    def steps(self):
+        """A _Laps for one round's steps (taken only when tracing)."""
+        return _Laps(self._file is not None)
+
     def write(self, **record):
         if self._file is not None:
             self._file.write(json.dumps(record) + "\n")
@@ -241,3 +256,20 @@ class _RoundTrace(object):
     def close(self):
         if self._file is not None:
             self._file.close()
+
+
+class _Laps(object):
+    """Milliseconds of each step of a timed round, for KBOX_TIMING_TRACE's
+    steps_ms (where the time between timed calls goes); nothing is timed
+    without a trace."""
+
+    def __init__(self, on):
+        self.laps = {}
+        self._on = on
+        self._t = timing.now_ms() if on else 0.0
+
+    def lap(self, name):
+        if self._on:
+            t = timing.now_ms()
+            self.laps[name] = round(t - self._t, 3)
+            self._t = t

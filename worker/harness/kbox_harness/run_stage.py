@@ -61,6 +61,7 @@ class RunStage(judge_timing.TimingRounds):
         self.exchange_dir = None
         self.files = 0
         self.ref_sample = None  # (inputs, reference output) of trial 0, for the floor
+        self.tolerances = {}  # atol per input set (_tolerance)
 
     # -- running client code ------------------------------------------------
     def call(self, fn, *args):
@@ -145,6 +146,14 @@ class RunStage(judge_timing.TimingRounds):
             numpy.random.seed(seed % (1 << 32))
         except ImportError:
             pass
+
+    def on_device(self, x):
+        """Tensors moved to the stage's device, dtypes as they are."""
+        if isinstance(x, torch.Tensor):
+            return x.to(self.device)
+        if isinstance(x, (list, tuple)):
+            return type(x)(self.on_device(v) for v in x)
+        return x
 
     def prepare(self, x):
         """Moves tensors to the device and floating ones to the stage's dtype."""
@@ -401,7 +410,10 @@ class RunStage(judge_timing.TimingRounds):
         raw = self.draw(seed, get_inputs)
         name = inputs.for_trial(i)
         if name != inputs.AS_DRAWN:
-            x = self.prepare(inputs.transform(raw, name, judging.trial_seed(self.seed, "dist-%d" % i)))
+            # Redrawn on the device, in the draw's own dtype (as on the CPU
+            # before), then cast to the stage's.
+            x = self.prepare(inputs.transform(self.on_device(raw), name,
+                                              judging.trial_seed(self.seed, "dist-%d" % i)))
             ref_in = inputs.clone(x)
             out = self.call(self.forward, ref_model, ref_in)
             if _all_finite(out) or not _all_finite_sample(self.ref_sample):
@@ -413,16 +425,30 @@ class RunStage(judge_timing.TimingRounds):
         out = self.call(self.forward, ref_model, ref_in)
         return inputs.AS_DRAWN, x, ref_in, out
 
-    def _tolerance(self, ref_out):
-        """The request's atol, tightened when a trivial output would pass."""
+    def _tolerance(self, ref_out, input_set):
+        """The request's atol, tightened when a trivial output would pass,
+        computed once per input set (("trial", i), ("pool", k)): the second
+        look at trial 0 and the spot checks of one timing pool set reuse it.
+
+        A pool set's timed calls see it scaled by 1 + d, |d| <= 1e-3 (only so
+        that no value cache hits), and its tolerance is taken from the first
+        spot-checked call. Whether a trivial output passes is a property of
+        the reference's output on that input set, which the candidate cannot
+        choose or see; a scaling of at most 0.1 % can only flip it where the
+        reference's output sits within about 0.1 % of the threshold, and the
+        tightened atol moves by as much (1 % of the RMS either way)."""
+        if input_set in self.tolerances:
+            return self.tolerances[input_set]
         found = dynamic_checks.degenerate(ref_out, self.spec.atol, self.spec.rtol)
         if found is None:
-            return self.spec.atol
-        name, tight = found
-        self.findings.add("run.degenerate-problem",
-                          "%s would pass atol=%g on this problem; judged at atol=%g"
-                          % (name, self.spec.atol, tight))
-        return tight
+            atol = self.spec.atol
+        else:
+            name, atol = found
+            self.findings.add("run.degenerate-problem",
+                              "%s would pass atol=%g on this problem; judged at atol=%g"
+                              % (name, self.spec.atol, atol))
+        self.tolerances[input_set] = atol
+        return atol
 
     def _trial(self, i, ref_model, get_inputs):
         """(TrialResult, candidate output, atol used, input file) of trial i."""
@@ -434,8 +460,8 @@ class RunStage(judge_timing.TimingRounds):
         in_file = self.write(x, "trial")
         out_file = self.new_file("out")
         reply = self.ask({"op": "forward", "inputs": in_file, "out": out_file})
-        atol = self._tolerance(ref_out)
-        cand_out, broken = self._candidate_output(reply, out_file, x, ref_in, ref_out)
+        atol = self._tolerance(ref_out, ("trial", i))
+        cand_out, broken = self._candidate_output(reply, out_file, ref_in, ref_out)
         if broken is None and cand_out is not None:
             result = self._compare(ref_out, cand_out["out"], atol)
             cand_in = cand_out["inputs"]
@@ -448,14 +474,15 @@ class RunStage(judge_timing.TimingRounds):
         result = dict(result, seed=seed, distribution=name)
         return result, (cand_out or {}).get("out"), atol, in_file
 
-    def _candidate_output(self, reply, out_file, x, ref_in, ref_out):
-        """({"out", "inputs"} read back, why the output breaks the contract or None)."""
+    def _candidate_output(self, reply, out_file, ref_in, ref_out, with_inputs=True):
+        """({"out", "inputs"} read back ({"out"} without with_inputs), why the
+        output breaks the contract or None)."""
         if reply.get("contract"):
             broken = errors.one_line(str(reply["contract"]))
             self.findings.add("run.output-contract", broken)
             return None, broken
         data = self.read_candidate(out_file)
-        if not isinstance(data, dict) or "out" not in data or "inputs" not in data:
+        if not isinstance(data, dict) or "out" not in data or (with_inputs and "inputs" not in data):
             return None, "the candidate's output file could not be read"
         aliases = reply.get("aliases") or []
         ref_ptrs = {dynamic_checks.storage_ptr(t) for t in dynamic_checks.tensors(ref_in)}
