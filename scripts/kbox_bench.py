@@ -56,13 +56,14 @@ TARGETS = {"distinct_per_gpu_hour": 3000, "ratio": 50, "busy": 0.80, "hit_overhe
            "startup_s": 0.5}
 
 
-def start_daemon(python, log_path):
-    """gpu_suite's start_daemon with kboxd's log in log_path and a fresh work
-    dir; returns (process, URL, work_dir, log). On failure nothing is left."""
+def start_daemon(python, log_path, extra_args=()):
+    """gpu_suite's start_daemon with kboxd's log in log_path, a fresh work dir
+    and `extra_args` for kboxd; returns (process, URL, work_dir, log). On
+    failure nothing is left."""
     work_dir = tempfile.mkdtemp(prefix="kbox-bench-")
     log = open(log_path, "w")
     try:
-        proc, server = gpu_suite.start_daemon(work_dir, python, stderr=log)
+        proc, server = gpu_suite.start_daemon(work_dir, python, stderr=log, extra_args=extra_args)
     except BaseException:  # includes its sys.exit when kboxd does not start
         log.close()
         shutil.rmtree(work_dir, ignore_errors=True)
@@ -468,6 +469,8 @@ def main():
                         "naive kernels, slow at full size on a GPU), or 1,2")
     p.add_argument("--seed", type=int, default=1, help="picks which candidates are resubmitted")
     p.add_argument("--out", default="", help="directory for summary.json and results.json")
+    p.add_argument("--kboxd-arg", action="append", default=[],
+                   help="a flag for the kboxd it starts (repeatable), e.g. --kboxd-arg=--preforked-run-stage")
     p.add_argument("--deadline", type=float, default=0,
                    help="seconds from the start: stop submitting and waiting then and print the summary "
                         "of what finished, marked PARTIAL, without the baseline (0: none)")
@@ -491,8 +494,9 @@ def main():
     server = args.server
     if not server:
         log_path = os.path.join(tempfile.gettempdir(), "kbox-bench-kboxd-%d.log" % os.getpid())
-        daemon, server, work_dir, log = start_daemon(args.python, log_path)
-        print("kboxd at %s (log %s)" % (server, log_path), flush=True)
+        daemon, server, work_dir, log = start_daemon(args.python, log_path, args.kboxd_arg)
+        print("kboxd at %s (log %s; flags %s)" % (server, log_path, " ".join(args.kboxd_arg) or "none"),
+              flush=True)
     try:
         info = http(server, "/v1/info")
         before = scrape(server)
