@@ -118,6 +118,7 @@ def main():
     generated = tempfile.mkdtemp(prefix="kbox-compile-bench-src-")
     if args.cpu_bench:
         paths += _cpu_bench_candidates(args.cpu_bench, args.shared, generated)
+    paths = [os.path.abspath(path) for path in paths]  # builds run in their own directory
     if not paths:
         p.error("no candidates: pass files, --few-shot, --corpus or --cpu-bench")
 
