@@ -75,6 +75,7 @@ boost::system::result<v1::DaemonConfig, FieldError> ApplyConfigDefaults(v1::Daem
   if (c.default_anticheat_profile().empty()) c.set_default_anticheat_profile("strict");
   if (c.build_cache_dir().empty()) c.set_build_cache_dir(c.work_dir() + "/build-cache");
   if (!c.has_build_cache_max_bytes()) c.set_build_cache_max_bytes(20ull << 30);
+  if (!c.has_light_headers()) c.set_light_headers(true);
   if (c.result_ttl_s() == 0) c.set_result_ttl_s(3600);
   if (c.max_stored_jobs() == 0) c.set_max_stored_jobs(100000);
 
@@ -144,6 +145,9 @@ boost::system::result<CommandLine, FieldError> ParseCommandLine(int argc,
       "run candidates WITHOUT the sandbox (development on hosts without namespaces only)")(
       "preforked-run-stage",
       "start run stages from a pre-forked zygote per device slot (docs/prefork.md)")(
+      "no-light-headers",
+      "compile extensions exactly as asked, never first against the light "
+      "<torch/extension.h> (docs/compile-speed.md)")(
       "cpu-run-slots", po::value(&cpu_slots), "CPU-backend run stages at once")(
       "compile-workers", po::value(&compile_workers), "compile stages at once")(
       "max-in-flight-jobs", po::value(&max_in_flight), "jobs accepted at once")(
@@ -195,6 +199,7 @@ boost::system::result<CommandLine, FieldError> ParseCommandLine(int argc,
   if (vm.count("keep-job-dirs")) c.set_keep_job_dirs(true);
   if (vm.count("danger-insecure-no-sandbox")) c.set_danger_insecure_no_sandbox(true);
   if (vm.count("preforked-run-stage")) c.set_preforked_run_stage(true);
+  if (vm.count("no-light-headers")) c.set_light_headers(false);
   if (cpu_slots) c.set_cpu_run_slots(cpu_slots);
   if (compile_workers) c.set_compile_workers(compile_workers);
   if (max_in_flight) c.set_max_in_flight_jobs(max_in_flight);

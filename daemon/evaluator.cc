@@ -73,6 +73,9 @@ std::string ToolchainFingerprint(const v1::DaemonConfig& config, const HostInfo&
   line("torch", p.torch_version());
   line("cuda", p.cuda_version());
   line("triton", p.triton_version());
+  // The light header builds the same code from the same headers, but a
+  // different translation unit could still differ bit for bit: keep apart.
+  line("light_headers", config.light_headers() ? "on" : "off");
   // The stages' inherited environment picks the compilers and libraries.
   std::vector<std::string> path_dirs;
   std::string cuda_home, cuda_path;
@@ -193,6 +196,9 @@ v1::StageSpec Evaluator::MakeSpec(const JobWorkspace& ws, const v1::EffectiveSet
   spec.set_performance_trials(s.performance_trials());
   spec.set_warmup_calls(config_.warmup_calls());
   spec.set_max_log_bytes(config_.max_log_bytes());
+  // The light header only changes how long a build takes, never what runs
+  // (docs/compile-speed.md); the run stage only loads what was built.
+  if (stage == v1::STAGE_COMPILE) spec.set_light_headers(config_.light_headers());
   if (stage == v1::STAGE_RUN) {
     // The harness checks that one of them launched (run.kernel-not-launched).
     for (const std::string& name : candidate_kernels) spec.add_candidate_kernels(name);

@@ -284,6 +284,26 @@ TEST(ConfigLoaderTest, AccessSettings) {
   EXPECT_EQ(DefaultsErrorField(config), "tls_cert_file");
 }
 
+// The light-header compile path (docs/compile-speed.md) is on unless turned off.
+TEST(ConfigLoaderTest, LightHeadersAreOnUnlessTurnedOff) {
+  const auto plain = Parse({});
+  ASSERT_TRUE(plain);
+  const auto plain_config = ApplyConfigDefaults(plain->config, 4);
+  ASSERT_TRUE(plain_config);
+  EXPECT_TRUE(plain_config->light_headers());
+  const auto flag = Parse({"--no-light-headers"});
+  ASSERT_TRUE(flag);
+  const auto flag_config = ApplyConfigDefaults(flag->config, 4);
+  ASSERT_TRUE(flag_config);
+  EXPECT_FALSE(flag_config->light_headers());
+  // Explicitly false survives the defaults (the field is optional).
+  const auto text = ParseConfigText("light_headers: false\n");
+  ASSERT_TRUE(text);
+  const auto config = ApplyConfigDefaults(*text, 4);
+  ASSERT_TRUE(config);
+  EXPECT_FALSE(config->light_headers());
+}
+
 // Pre-forked run stages share the zygote's memory image and ASLR layout
 // between jobs (docs/prefork.md): never on unless asked for.
 TEST(ConfigLoaderTest, PreforkedRunStageIsOffUnlessAsked) {

@@ -35,7 +35,8 @@ class CandidateImport(object):
 def import_candidate(spec, pipe):
     result = CandidateImport()
     result.hook = extension_hook.ExtensionHook(
-        spec.build_dir, build=spec.stage != "STAGE_RUN").install()
+        spec.build_dir, build=spec.stage != "STAGE_RUN",
+        light=spec.light_headers).install()
     pipe.enter(protocol.CANDIDATE)
     t0 = timing.now_ms()
     try:

@@ -1,5 +1,5 @@
 """STAGE_COMPILE: import the candidate with no device so its extensions build."""
-from . import candidate_import, errors, fingerprint, protocol, sanitize
+from . import candidate_import, errors, fingerprint, light_headers, protocol, sanitize
 
 
 def run(spec, pipe):
@@ -9,6 +9,12 @@ def run(spec, pipe):
     report = {"fingerprint": fingerprint.software()}
     imp = candidate_import.import_candidate(spec, pipe)
     report["phase_ms"] = {"import_candidate": imp.ms}
+    light = imp.hook.light_summary()
+    if light:
+        report["light_headers"] = light
+    if light == light_headers.FELL_BACK:
+        # Included in import_candidate: what the failed light builds cost.
+        report["phase_ms"]["light_headers_failed_build"] = imp.hook.light_ms
 
     if imp.build_failed:
         # Checked first: even if the candidate caught the failure and fell back

@@ -12,6 +12,10 @@ filter forbids fork and exec, and torch's loaders run ninja and the compiler
 even when nothing changed, so the wrapper imports the library the compile
 stage left in the extension's build directory instead; one that is not there
 was not built in the compile stage (ExtensionNotBuilt).
+
+With light=True (compile stage), each build is first tried against kbox's
+light <torch/extension.h> (light_headers.py); a failed try is forgotten and
+the call builds exactly as the candidate asked.
 """
 import contextlib
 import functools
@@ -20,7 +24,7 @@ import inspect
 import os
 import subprocess
 
-from . import sanitize
+from . import light_headers, sanitize, timing
 
 
 class ExtensionBuildFailed(BaseException):
@@ -48,9 +52,12 @@ def _as_list(value):
 
 
 class ExtensionHook(object):
-    def __init__(self, build_dir="", build=True):
+    def __init__(self, build_dir="", build=True, light=False):
         self.build_dir = build_dir
         self.build = build    # False: load what the compile stage built, never build
+        self.light = light and build  # try the light header first (compile stage)
+        self.light_outcomes = []  # light_headers.USED / FELL_BACK, one per build
+        self.light_ms = 0.0   # time spent in light builds that failed
         self.calls = []       # one dict per load/load_inline call, in order
         self.failure = None   # dict(call=..., output=str) for the first failed build
         self.not_built = None  # run stage: name of the first extension found missing
@@ -141,6 +148,10 @@ class ExtensionHook(object):
                 # verbose=True sends ninja's output to fd 1 instead of the
                 # exception: force capture so a failure's log can be mapped.
                 a["verbose"] = False
+            if self.light and light_headers.applicable(a, sig.parameters):
+                built, module = self._build_light(original, bound, call)
+                if built:
+                    return module
             try:
                 with self._keep_unchanged_sources(call["ext_dir"]):
                     return original(*bound.args, **bound.kwargs)
@@ -163,6 +174,37 @@ class ExtensionHook(object):
 
         wrapper._kbox_wrapped = True
         return wrapper
+
+    def _build_light(self, original, bound, call):
+        """(True, module) when the build with the light header succeeded and
+        loaded; (False, None) otherwise, with torch's versioner as it was, so
+        that the caller's full build is the one the candidate's call makes
+        without this path. Objects a failed try left are rebuilt by ninja:
+        their command lines (the -I) differ from the full build's."""
+        light_args = light_headers.with_light_include(bound.arguments)
+        t0 = timing.now_ms()
+        with light_headers.versioned_as_asked(self._module, call["name"]) as undo:
+            try:
+                with self._keep_unchanged_sources(call["ext_dir"]):
+                    module = original(**light_args)
+            except Exception:
+                # Any failure (compiler, link, import): the full build decides.
+                undo()
+                self.light_ms += timing.now_ms() - t0
+                self.light_outcomes.append(light_headers.FELL_BACK)
+                return False, None
+        self.light_outcomes.append(light_headers.USED)
+        return True, module
+
+    def light_summary(self):
+        """The compile report's light_headers field: "" when nothing was built."""
+        if not self.build:
+            return ""
+        if not self.light:
+            return light_headers.OFF if self.calls else ""
+        if light_headers.FELL_BACK in self.light_outcomes:
+            return light_headers.FELL_BACK
+        return light_headers.USED if self.light_outcomes else ""
 
     def _version(self, name, arguments):
         """torch's JIT_EXTENSION_VERSIONER: a second call with the same name but

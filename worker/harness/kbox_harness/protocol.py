@@ -71,6 +71,7 @@ class StageSpec(object):
         kernels = d.get("candidate_kernels") or []
         self.candidate_kernels = [str(k) for k in kernels] if isinstance(kernels, list) else []
         self.secret_path = str(d.get("secret_path") or "")
+        self.light_headers = bool(d.get("light_headers", False))
 
     @property
     def is_gpu(self):
