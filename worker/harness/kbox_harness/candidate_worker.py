@@ -159,6 +159,9 @@ class Worker(object):
         if spec.strict_seccomp_bpf:
             import torch.utils.cpp_extension as _ce  # noqa: F401  (looks for nvcc with `which`)
             strict_filter.install(spec.strict_seccomp_bpf)
+            # No SIGKILL from candidate code, to itself or the judge: the
+            # judge and kboxd read a SIGKILL as an outside kill (kbox's fault).
+            strict_filter.install_no_sigkill()
         self.clock = timing.Clock(self.device)
         self.guard = dynamic_checks.Guard(_GUARDED_MODULES)
         return {"phase_ms": phase}
