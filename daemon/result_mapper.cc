@@ -325,6 +325,14 @@ void ApplyRunStage(const StageOutcome& s, EvaluateResult& r, FailureCause* cause
       *r.mutable_runtime_error() = rep.error();
       break;
     case StageReport::HARNESS_FAILED:
+      if (rep.candidate_killed() && !s.memory_limit_hit) {
+        // The candidate's process died by SIGKILL before candidate code ran:
+        // killed from outside the job, no sign of a broken device.
+        Set(r, v1::INFRA_ERROR, "the candidate's process was killed by SIGKILL from outside the "
+                                "job before candidate code ran; retry the job");
+        c.infra = InfraCause::kStageKilled;
+        break;
+      }
       // The harness's own code raised: on a GPU, typically CUDA refusing to
       // initialise or a sticky device error outside candidate code.
       Set(r, v1::INFRA_ERROR, "harness failed in the run stage: " + rep.message());

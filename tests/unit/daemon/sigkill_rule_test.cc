@@ -100,6 +100,25 @@ TEST(SigkillRuleTest, CandidateProcessKilledAsTheJudgeSawItIsInfraError) {
   EXPECT_EQ(plain.status(), v1::RUNTIME_ERROR);
 }
 
+TEST(SigkillRuleTest, CandidateProcessKilledBeforeCandidateCodeIsRetryableNotADeviceFault) {
+  StageOutcome s = Reported(v1::StageReport::HARNESS_FAILED,
+                            "harness failed: the candidate's process died (signal SIGKILL)");
+  s.report->set_candidate_killed(true);
+  v1::EvaluateResult r;
+  FailureCause cause;
+  ApplyRunStage(s, r, &cause);
+  EXPECT_EQ(r.status(), v1::INFRA_ERROR);
+  EXPECT_EQ(cause.infra, InfraCause::kStageKilled);
+  EXPECT_FALSE(cause.device_suspect);
+  // Without the flag, the harness's own failure: it may point at the device.
+  StageOutcome plain = Reported(v1::StageReport::HARNESS_FAILED, "harness failed: CUDA error");
+  v1::EvaluateResult p;
+  FailureCause plain_cause;
+  ApplyRunStage(plain, p, &plain_cause);
+  EXPECT_EQ(plain_cause.infra, InfraCause::kHarnessFailed);
+  EXPECT_TRUE(plain_cause.device_suspect);
+}
+
 TEST(SigkillRuleTest, KilledCompilerIsInfraErrorUnlessOutOfMemory) {
   StageOutcome s = Reported(v1::StageReport::COMPILE_FAILED, "extension build failed");
   s.report->set_compiler_killed(true);

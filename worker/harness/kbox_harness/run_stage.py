@@ -125,7 +125,10 @@ class RunStage(judge_timing.TimingRounds):
             # the job's cgroup (out of memory) or something outside the job did.
             raise judging.ClientFailed(CANDIDATE, message="candidate's process died (%s)" % how,
                                        killed=how == "signal SIGKILL")
-        raise judging.HarnessFailed("the candidate's process died (%s) before running candidate code" % how)
+        failed = judging.HarnessFailed(
+            "the candidate's process died (%s) before running candidate code" % how)
+        failed.candidate_killed = how == "signal SIGKILL"  # from outside the job, or out of memory
+        raise failed
 
     def _take_findings(self, pairs):
         for pair in pairs or []:
