@@ -52,6 +52,8 @@ def parse_args(argv):
     p.add_argument("--max-in-flight", type=int, default=64)
     p.add_argument("--cpu-run-slots", type=int, default=2)
     p.add_argument("--compile-workers", type=int, default=2)
+    p.add_argument("--compile-time-limit", type=int, default=900,
+                   help="compile_time_limit_s of the started kboxd (an overloaded host compiles slowly)")
     p.add_argument("--real-share", type=float, default=0.02, help="share of jobs that compile and run")
     p.add_argument("--check-share", type=float, default=0.1, help="extra /v1/check calls, per job drawn")
     p.add_argument("--real-candidates", default="",
@@ -330,9 +332,10 @@ def main(argv=None):
         names = ["bulk"] + ["tenant%d" % i for i in range(1, args.tokens)]
         tokens = {n: "kbox-load-%s-%d-0123456789" % (n, os.getpid()) for n in names}
         config = ("max_in_flight_jobs: %d\ncpu_run_slots: %d\ncompile_workers: %d\n"
-                  "default_time_limit_s: 60\njob_memory_bytes: 3221225472\n"
+                  "default_time_limit_s: 60\ncompile_time_limit_s: %d\njob_memory_bytes: 3221225472\n"
                   "job_scratch_bytes: 1073741824\n"
-                  % (args.max_in_flight, args.cpu_run_slots, args.compile_workers))
+                  % (args.max_in_flight, args.cpu_run_slots, args.compile_workers,
+                     args.compile_time_limit))
         if args.infra_retries is not None:
             config += "infra_retries: %d\n" % args.infra_retries
         flags = ["--preforked-run-stage"] if args.preforked_run_stage else []
@@ -346,7 +349,7 @@ def main(argv=None):
             if not server.pid:
                 raise SystemExit("kills need a kboxd this run starts (no --server)")
             killer = faults.Killer(server.pid, 0 if args.kill_script else args.kill_every,
-                                   args.seed, kinds=args.kill_kinds.split(",")).start()
+                                   args.seed, kinds=args.kill_kinds.split(","))
         run = Run(args, server, tokens, killer)
         rss_peak = [0]
         stop = threading.Event()
@@ -358,8 +361,16 @@ def main(argv=None):
 
         threading.Thread(target=sample_rss, daemon=True).start()
         started = time.monotonic()
+        # --kill-script kills during the warm-up too (its first kind may be
+        # the warm-up's compiler); --kill-every starts once the builds are
+        # cached: a compile killed while the load's real jobs wait for it
+        # sends each of them to compile on its own (docs/reliability.md).
+        if killer and args.kill_script:
+            killer.start()
         if args.real_share > 0 and not args.no_warmup:
             run.warm_up()
+        if killer and not args.kill_script:
+            killer.start()
         clients = [threading.Thread(target=run.client, args=(i,)) for i in range(args.clients)]
         for c in clients:
             c.start()
@@ -375,8 +386,8 @@ def main(argv=None):
         summary = evaluate(run, before, after, started, ended, rss_peak[0])
         summary["kill_log"] = killer.kills if killer else []
     finally:
-        if killer:
-            killer.stop() if killer._thread.is_alive() else None
+        if killer and killer._thread.is_alive():
+            killer.stop()
         if started_daemon:
             code = started_daemon.stop()
             if code not in (0, None):
