@@ -50,6 +50,8 @@ def test_load_with_sigkills(tmp_path):
     for cause, n in summary["infra_errors"].items():
         causes[cause] = causes.get(cause, 0) + n
     assert set(causes) <= {"stage_killed", "compiler_killed"}, causes
+    # One INFRA attempt per kill; one kill may land on a process already
+    # ending its stage normally (then its job simply finishes).
     assert sum(causes.values()) >= len(kills) - 1, (causes, kills)
     assert summary["worker_crashes"].get("harness", 0) >= 1
     # The pool recovered: real jobs went on to end CORRECT.
