@@ -242,7 +242,8 @@ awaitable<HttpResponse> ApiHandler::Evaluate(const HttpRequest& req, const Calle
   v1::EvaluateResult result = co_await boost::asio::co_spawn(
       job_pool_,
       [&]() -> awaitable<v1::EvaluateResult> {
-        co_return evaluator_.Evaluate(request, job->settings, job->anticheat, received);
+        co_return evaluator_.Evaluate(request, job->settings, job->anticheat, received, "",
+                                      caller.token);
       },
       boost::asio::use_awaitable);
   lease.Release();

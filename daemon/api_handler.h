@@ -89,7 +89,7 @@ class ApiHandler {
   // again at once).
   void RunSubmitted(const v1::EvaluateRequest& request, const ResolvedJob& job,
                     Evaluator::Clock::time_point received, const std::string& job_id,
-                    JobAdmission::Lease& lease);
+                    const std::string& tenant, JobAdmission::Lease& lease);
   // GET /v1/jobs/<id>'s answer now, or nullopt to keep waiting.
   std::optional<HttpResponse> JobAnswer(const std::string& job_id, const Caller& caller,
                                         JobStore::Clock::time_point deadline);

@@ -153,9 +153,9 @@ HttpResponse ApiHandler::Submit(const HttpRequest& req, const Caller& caller) {
       // The lease travels with the job: were the job never run (kboxd
       // stopping), destroying the task gives the place back.
       boost::asio::post(job_pool_, [this, request = p.request, job = p.job, received,
-                                    job_id = p.admission.job_id,
+                                    job_id = p.admission.job_id, tenant = caller.token,
                                     lease = std::move(p.lease)]() mutable {
-        RunSubmitted(*request, *job, received, job_id, lease);
+        RunSubmitted(*request, *job, received, job_id, tenant, lease);
       });
     }
     v1::JobStatus status;
@@ -170,10 +170,10 @@ HttpResponse ApiHandler::Submit(const HttpRequest& req, const Caller& caller) {
 
 void ApiHandler::RunSubmitted(const v1::EvaluateRequest& request, const ResolvedJob& job,
                               Evaluator::Clock::time_point received, const std::string& job_id,
-                              JobAdmission::Lease& lease) {
+                              const std::string& tenant, JobAdmission::Lease& lease) {
   jobs_.MarkRunning(job_id);
   v1::EvaluateResult result =
-      evaluator_.Evaluate(request, job.settings, job.anticheat, received, job_id);
+      evaluator_.Evaluate(request, job.settings, job.anticheat, received, job_id, tenant);
   lease.Release();
   jobs_.Complete(job_id, std::move(result), JobStore::Clock::now());
 }

@@ -58,6 +58,7 @@ boost::system::result<v1::DaemonConfig, FieldError> ApplyConfigDefaults(v1::Daem
   if (c.io_threads() == 0) c.set_io_threads(2);
   if (c.compile_workers() == 0) c.set_compile_workers(cores);
   if (c.cpu_run_slots() == 0) c.set_cpu_run_slots(1);
+  if (!c.has_infra_retries()) c.set_infra_retries(1);
   if (c.compile_time_limit_s() == 0) c.set_compile_time_limit_s(300);
   if (c.default_time_limit_s() == 0) c.set_default_time_limit_s(120);
   if (c.max_time_limit_s() == 0) c.set_max_time_limit_s(900);
@@ -88,6 +89,7 @@ boost::system::result<v1::DaemonConfig, FieldError> ApplyConfigDefaults(v1::Daem
   if (c.io_threads() > 64) return FieldError{"io_threads", "must be at most 64"};
   if (c.compile_workers() > 256) return FieldError{"compile_workers", "must be at most 256"};
   if (c.cpu_run_slots() > 256) return FieldError{"cpu_run_slots", "must be at most 256"};
+  if (c.infra_retries() > 3) return FieldError{"infra_retries", "must be at most 3"};
   if (c.default_time_limit_s() > c.max_time_limit_s()) {
     return FieldError{"default_time_limit_s", "must not exceed max_time_limit_s"};
   }

@@ -213,20 +213,41 @@ v1::StageSpec Evaluator::MakeSpec(const JobWorkspace& ws, const v1::EffectiveSet
 v1::EvaluateResult Evaluator::Evaluate(const v1::EvaluateRequest& request,
                                        const v1::EffectiveSettings& settings,
                                        const static_check::AnticheatProfile& anticheat,
-                                       Clock::time_point received, const std::string& job_id) {
+                                       Clock::time_point received, const std::string& job_id,
+                                       const std::string& tenant) {
   v1::EvaluateResult result;
   result.set_job_id(job_id.empty() ? NextJobId() : job_id);
   result.set_client_request_id(request.client_request_id());
   *result.mutable_settings() = settings;
   *result.mutable_fingerprint() = HostFingerprint(host_);
   result.mutable_fingerprint()->set_device_name("cpu");
+  const v1::EvaluateResult fresh = result;
   JobTrace trace;
-  try {
-    RunJob(request, settings, anticheat, result, trace);
-  } catch (const std::exception& e) {
-    result.set_status(v1::INFRA_ERROR);
-    result.set_message(std::string("kboxd internal error: ") + e.what());
-    trace.cause.infra = InfraCause::kInternal;
+  for (uint32_t attempt = 0;; ++attempt) {
+    // A retry gets its own workspace (and so its own cgroups): the failed
+    // attempt's may be kept (keep_job_dirs) for a post-mortem.
+    const std::string workspace =
+        attempt == 0 ? result.job_id() : result.job_id() + "-retry" + std::to_string(attempt);
+    try {
+      RunJob(request, settings, anticheat, tenant, workspace, result, trace);
+    } catch (const std::exception& e) {
+      result.set_status(v1::INFRA_ERROR);
+      result.set_message(std::string("kboxd internal error: ") + e.what());
+      trace.cause.infra = InfraCause::kInternal;
+    }
+    // A GPU the failure put in quarantine would make the retry wait for it.
+    const bool gpu_suspect = trace.cause.device_suspect && settings.backend() != v1::BACKEND_CPU;
+    if (result.status() != v1::INFRA_ERROR || !RetryableInfraCause(trace.cause.infra) ||
+        gpu_suspect || attempt >= config_.infra_retries() || cancelled_.load()) {
+      break;
+    }
+    std::cerr << "kboxd: job " << result.job_id() << " ended INFRA_ERROR ("
+              << InfraCauseName(trace.cause.infra) << "): " << result.message()
+              << "; running it again" << std::endl;
+    metrics_.RecordInfraRetry(trace.cause.infra);
+    // Nothing of the failed attempt reaches the answer.
+    result = fresh;
+    trace = JobTrace{};
   }
   result.mutable_durations()->set_total_ms(MsBetween(received, Clock::now()));
   SanitizeResultText(result, 2 * static_cast<size_t>(config_.max_log_bytes()));
@@ -267,8 +288,8 @@ bool Evaluator::HasServingRunSlot(bool cpu, bool gpu) const {
 }
 
 void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSettings& settings,
-                       const static_check::AnticheatProfile& anticheat,
-                       v1::EvaluateResult& result, JobTrace& trace) {
+                       const static_check::AnticheatProfile& anticheat, const std::string& tenant,
+                       const std::string& workspace, v1::EvaluateResult& result, JobTrace& trace) {
   // Static checks first: a rejected candidate is never written to disk,
   // compiled or run. The verdicts of one that goes on ride along.
   const StaticPhase checked = RunStaticCheck(
@@ -289,7 +310,7 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
     options.owner_gid = sandbox_.settings->gid;
   }
   if (sandbox_.scratch_capped) options.scratch_bytes = config_.job_scratch_bytes();
-  auto ws = JobWorkspace::Create(config_.work_dir(), result.job_id(), request.reference_source(),
+  auto ws = JobWorkspace::Create(config_.work_dir(), workspace, request.reference_source(),
                                  request.candidate_source(), options);
   if (!ws) {
     result.set_status(v1::INFRA_ERROR);
@@ -342,7 +363,7 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
     metrics_.RecordBuildCacheLookup(restored);
   }
   if (!restored) {
-    auto compile_slot = compile_slots_.Acquire();
+    auto compile_slot = compile_slots_.Acquire(tenant);
     if (shutting_down()) return;
     StagePlacement placement;
     placement.cancel = &cancelled_;
@@ -367,7 +388,7 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
   flight.reset();
 
   const auto queued = Clock::now();
-  auto device = gpu_backend ? gpu_slots_.Acquire() : cpu_slots_.Acquire();
+  auto device = gpu_backend ? gpu_slots_.Acquire(tenant) : cpu_slots_.Acquire(tenant);
   durations->set_queue_wait_ms(MsBetween(queued, Clock::now()));
   trace.queued = true;
 

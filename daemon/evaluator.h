@@ -36,11 +36,13 @@ class Evaluator {
   // Runs one job whose request already passed RequestPolicy, its static
   // checks under `anticheat` (the request's profile with its overrides).
   // Never throws for anything a candidate does; kbox's own failures come
-  // back as INFRA_ERROR.
+  // back as INFRA_ERROR. `tenant` (the API token's name) is whose turn the
+  // job waits for in the compile and run queues (SlotPool's fair share).
   v1::EvaluateResult Evaluate(const v1::EvaluateRequest& request,
                               const v1::EffectiveSettings& settings,
                               const static_check::AnticheatProfile& anticheat,
-                              Clock::time_point received, const std::string& job_id = "");
+                              Clock::time_point received, const std::string& job_id = "",
+                              const std::string& tenant = "");
 
   // A fresh job id (unique per daemon, never reused after a restart); the
   // asynchronous API assigns it at submission and passes it to Evaluate.
@@ -74,8 +76,8 @@ class Evaluator {
   // enter library are there; logs why not otherwise.
   void EnablePrefork();
   void RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSettings& settings,
-              const static_check::AnticheatProfile& anticheat, v1::EvaluateResult& result,
-              JobTrace& trace);
+              const static_check::AnticheatProfile& anticheat, const std::string& tenant,
+              const std::string& workspace, v1::EvaluateResult& result, JobTrace& trace);
 
   const v1::DaemonConfig& config_;
   HostInfo host_;

@@ -14,11 +14,25 @@ std::string_view InfraCauseName(InfraCause cause) {
     case InfraCause::kHarnessCrash: return "harness_crash";
     case InfraCause::kHarnessProtocol: return "harness_protocol";
     case InfraCause::kHarnessFailed: return "harness_failed";
+    case InfraCause::kStageKilled: return "stage_killed";
+    case InfraCause::kCompilerKilled: return "compiler_killed";
     case InfraCause::kCancelled: return "cancelled";
     case InfraCause::kWorkspace: return "workspace";
     case InfraCause::kInternal: return "internal";
   }
   return "internal";
+}
+
+bool RetryableInfraCause(InfraCause cause) {
+  switch (cause) {
+    case InfraCause::kStageKilled:
+    case InfraCause::kCompilerKilled:
+    case InfraCause::kZygoteDied:
+    case InfraCause::kHarnessCrash:
+      return true;
+    default:
+      return false;
+  }
 }
 
 std::string_view ViolationKindName(ViolationKind kind) {

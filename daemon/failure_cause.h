@@ -22,6 +22,9 @@ enum class InfraCause {
   kHarnessCrash,        // The harness died without a report while its own code ran.
   kHarnessProtocol,     // The harness's result channel was malformed or its outcome unknown.
   kHarnessFailed,       // The harness reported HARNESS_FAILED (it caught its own error).
+  kStageKilled,         // A stage process died by a SIGKILL from outside the job (not kboxd's,
+                        // not the cgroup's OOM kill): docs/reliability.md, "Whose SIGKILL".
+  kCompilerKilled,      // A compiler under the compile stage died by SIGKILL, no OOM kill seen.
   kCancelled,           // kboxd's shutdown deadline ended the job.
   kWorkspace,           // The job directory could not be prepared.
   kInternal,            // An exception in kboxd itself.
@@ -48,6 +51,7 @@ inline constexpr std::array kAllInfraCauses = {
     InfraCause::kStageSpawn,       InfraCause::kZygoteDied,       InfraCause::kSandboxSetup,
     InfraCause::kHarnessSandboxLimit, InfraCause::kHarnessTimeout, InfraCause::kHarnessOutputLimit,
     InfraCause::kHarnessCrash,     InfraCause::kHarnessProtocol,  InfraCause::kHarnessFailed,
+    InfraCause::kStageKilled,      InfraCause::kCompilerKilled,
     InfraCause::kCancelled,        InfraCause::kWorkspace,        InfraCause::kInternal};
 
 inline constexpr std::array kAllViolationKinds = {
@@ -58,6 +62,13 @@ inline constexpr std::array kAllViolationKinds = {
 // The metric label value ("harness_crash"); "none" for kNone.
 std::string_view InfraCauseName(InfraCause cause);
 std::string_view ViolationKindName(ViolationKind kind);
+
+// Whether a job that ended INFRA_ERROR for `cause` is run again (up to
+// infra_retries times): a process of kbox's was killed or crashed under it,
+// which a second attempt does not meet again. Never a harness that hung or
+// reported its own failure (a broken device: the retry would fail the same
+// way), a shutdown, or a kboxd bug.
+bool RetryableInfraCause(InfraCause cause);
 
 // What the result mapper found besides the status.
 struct FailureCause {

@@ -35,6 +35,12 @@ constexpr static_check::Severity kCountedSeverities[] = {
     static_check::Severity::kInfo, static_check::Severity::kSuspicious,
     static_check::Severity::kReject};
 
+// Causes in which a stage harness died under kbox's own code or was killed
+// from outside: kbox_worker_crashes_total{worker="harness"}.
+bool HarnessDied(InfraCause cause) {
+  return cause == InfraCause::kHarnessCrash || cause == InfraCause::kStageKilled;
+}
+
 std::vector<std::string> Devices(const MetricLabelSets& sets) {
   std::vector<std::string> out = {"cpu"};
   for (uint32_t g : sets.gpus) out.push_back(DeviceLabel(g));
@@ -90,6 +96,11 @@ Metrics::Metrics(const MetricLabelSets& sets)
                                 .Help("kbox worker processes that died unexpectedly: a stage "
                                       "harness without a report, or a pre-forked zygote.")
                                 .Register(*registry_)),
+      infra_retries_total_(prometheus::BuildCounter()
+                               .Name("kbox_infra_retries_total")
+                               .Help("Job attempts that ended INFRA_ERROR and were run again "
+                                     "(infra_retries), by cause.")
+                               .Register(*registry_)),
       zygote_restarts_total_(prometheus::BuildCounter()
                                  .Name("kbox_zygote_restarts_total")
                                  .Help("Pre-forked zygotes started again after one died, by device.")
@@ -194,6 +205,9 @@ Metrics::Metrics(const MetricLabelSets& sets)
     sandbox_violations_total_.Add({{"kind", std::string(ViolationKindName(k))}});
   }
   for (const char* worker : kWorkers) worker_crashes_total_.Add({{"worker", worker}});
+  for (InfraCause c : kAllInfraCauses) {
+    if (RetryableInfraCause(c)) infra_retries_total_.Add({{"cause", std::string(InfraCauseName(c))}});
+  }
   for (const char* queue : kQueues) queue_depth_.Add({{"queue", queue}});
   for (const char* state : {"busy", "idle"}) compile_slots_.Add({{"state", state}});
   for (const std::string& device : Devices(sets)) {
@@ -237,12 +251,17 @@ void Metrics::RecordJob(const v1::EvaluateResult& result, const JobTrace& trace)
     const InfraCause cause =
         trace.cause.infra == InfraCause::kNone ? InfraCause::kInternal : trace.cause.infra;
     infra_errors_total_.Add({{"cause", std::string(InfraCauseName(cause))}}).Increment();
-    if (cause == InfraCause::kHarnessCrash) worker_crashes_total_.Add({{"worker", "harness"}}).Increment();
+    if (HarnessDied(cause)) worker_crashes_total_.Add({{"worker", "harness"}}).Increment();
   }
   if (trace.cause.violation != ViolationKind::kNone) {
     sandbox_violations_total_.Add({{"kind", std::string(ViolationKindName(trace.cause.violation))}})
         .Increment();
   }
+}
+
+void Metrics::RecordInfraRetry(InfraCause cause) {
+  infra_retries_total_.Add({{"cause", std::string(InfraCauseName(cause))}}).Increment();
+  if (HarnessDied(cause)) worker_crashes_total_.Add({{"worker", "harness"}}).Increment();
 }
 
 void Metrics::RecordStaticCheck(const static_check::CheckReport& report, double seconds) {

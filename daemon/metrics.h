@@ -57,6 +57,9 @@ class Metrics {
   // Counts a finished job; observes the durations of the phases it went
   // through; counts its infra cause or sandbox violation.
   void RecordJob(const v1::EvaluateResult& result, const JobTrace& trace);
+  // A job's attempt that ended INFRA_ERROR for `cause` and is run again
+  // (infra_retries); the job itself is counted once, by RecordJob.
+  void RecordInfraRetry(InfraCause cause);
   // Counts the findings of one run of the static checker (POST /v1/evaluate
   // and /v1/check alike) by rule and severity, and observes how long it took.
   void RecordStaticCheck(const static_check::CheckReport& report, double seconds);
@@ -107,6 +110,7 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& infra_errors_total_;
   prometheus::Family<prometheus::Counter>& sandbox_violations_total_;
   prometheus::Family<prometheus::Counter>& worker_crashes_total_;
+  prometheus::Family<prometheus::Counter>& infra_retries_total_;
   prometheus::Family<prometheus::Counter>& zygote_restarts_total_;
   prometheus::Family<prometheus::Counter>& zygote_start_failures_total_;
   prometheus::Family<prometheus::Counter>& device_quarantines_total_;

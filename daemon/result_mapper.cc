@@ -111,6 +111,17 @@ void ApplyAbnormalEnd(const StageOutcome& s, v1::Phase phase, EvaluateResult& r,
     }
     return;
   }
+  // A SIGKILL that kboxd did not send (its kills end as kTimedOut,
+  // kOutputLimit or kCancelled) and that was no out-of-memory kill (handled
+  // above): candidate code cannot send SIGKILL (the harness's no-SIGKILL
+  // filter), and no process of the job can reach the launcher, so someone
+  // outside the job killed the stage: kbox's fault, whoever was running.
+  if (p.end == ProcessOutcome::End::kSignaled && p.term_signal == SIGKILL) {
+    Set(r, v1::INFRA_ERROR, stage + " was killed by SIGKILL from outside the job (not by kboxd, "
+                            "not by the job's memory limit); retry the job");
+    cause.infra = InfraCause::kStageKilled;
+    return;
+  }
   if (p.end == ProcessOutcome::End::kCancelled) {
     Set(r, v1::INFRA_ERROR, stage + " " + how + "; retry the job");
     cause.infra = InfraCause::kCancelled;
@@ -236,6 +247,13 @@ bool ApplyCompileStage(const StageOutcome& s, EvaluateResult& r, FailureCause* c
     case StageReport::COMPILE_FAILED:
       Set(r, v1::COMPILE_ERROR, rep.message());
       *r.mutable_compile_log() = rep.compile_log();
+      if (rep.compiler_killed() && !s.memory_limit_hit) {
+        // The caller compiles once more (RetryCompile); this result stands
+        // only when it cannot.
+        Set(r, v1::INFRA_ERROR, "a compiler was killed by SIGKILL from outside the job (" +
+                                    rep.message() + "); retry the job");
+        c.infra = InfraCause::kCompilerKilled;
+      }
       return false;
     case StageReport::HARNESS_FAILED:
       Set(r, v1::INFRA_ERROR, "harness failed in the compile stage: " + rep.message());
@@ -281,6 +299,14 @@ void ApplyRunStage(const StageOutcome& s, EvaluateResult& r, FailureCause* cause
       *r.mutable_compile_log() = rep.compile_log();
       break;
     case StageReport::CANDIDATE_FAILED:
+      if (rep.candidate_killed() && !s.memory_limit_hit) {
+        // The judge saw the candidate's process die by SIGKILL, which
+        // candidate code cannot send and the cgroup did not (no OOM kill).
+        Set(r, v1::INFRA_ERROR, "the candidate's process was killed by SIGKILL from outside the "
+                                "job; retry the job");
+        c.infra = InfraCause::kStageKilled;
+        break;
+      }
       Set(r, v1::RUNTIME_ERROR, rep.message());
       *r.mutable_runtime_error() = rep.error();
       break;
@@ -299,6 +325,14 @@ void ApplyRunStage(const StageOutcome& s, EvaluateResult& r, FailureCause* cause
       *r.mutable_runtime_error() = rep.error();
       break;
     case StageReport::HARNESS_FAILED:
+      if (rep.candidate_killed() && !s.memory_limit_hit) {
+        // The candidate's process died by SIGKILL before candidate code ran:
+        // killed from outside the job, no sign of a broken device.
+        Set(r, v1::INFRA_ERROR, "the candidate's process was killed by SIGKILL from outside the "
+                                "job before candidate code ran; retry the job");
+        c.infra = InfraCause::kStageKilled;
+        break;
+      }
       // The harness's own code raised: on a GPU, typically CUDA refusing to
       // initialise or a sticky device error outside candidate code.
       Set(r, v1::INFRA_ERROR, "harness failed in the run stage: " + rep.message());

@@ -22,6 +22,7 @@ SlotPool SlotPool::Anonymous(uint32_t count) {
 }
 
 SlotPool::SlotPool(SlotPool&& other) noexcept {
+  // Only ever moved before any caller waits on it (in the owner's constructor).
   std::lock_guard lock(other.mu_);
   free_ = std::move(other.free_);
   busy_ = std::move(other.busy_);
@@ -29,35 +30,58 @@ SlotPool::SlotPool(SlotPool&& other) noexcept {
   total_ = other.total_;
 }
 
-SlotPool::Lease SlotPool::Acquire() {
+SlotPool::Lease SlotPool::Acquire(const std::string& tenant) {
   std::unique_lock lock(mu_);
-  const uint64_t ticket = next_ticket_++;
-  auto usable = free_.end();
-  freed_.wait(lock, [&] {
-    if (ticket != serving_ticket_) return false;
-    usable = std::find_if(free_.begin(), free_.end(),
-                          [&](uint32_t s) { return !Contains(out_of_service_, s); });
-    return usable != free_.end();
-  });
-  ++serving_ticket_;
-  const uint32_t slot = *usable;
-  free_.erase(usable);
-  busy_.push_back(slot);
-  // The next waiter may be able to proceed too (more than one slot free).
-  freed_.notify_all();
-  return Lease(this, slot);
+  Waiter me;
+  auto& queue = waiters_[tenant];
+  // A tenant that had no waiter joins the end of the turn order.
+  if (queue.empty()) turns_.push_back(tenant);
+  queue.push_back(&me);
+  ++waiting_;
+  if (DispatchLocked()) handed_.notify_all();
+  handed_.wait(lock, [&] { return me.slot.has_value(); });
+  return Lease(this, *me.slot);
+}
+
+bool SlotPool::DispatchLocked() {
+  bool handed = false;
+  while (!turns_.empty()) {
+    const auto usable = std::find_if(free_.begin(), free_.end(),
+                                     [&](uint32_t s) { return !Contains(out_of_service_, s); });
+    if (usable == free_.end()) break;
+    const std::string tenant = std::move(turns_.front());
+    turns_.pop_front();
+    auto it = waiters_.find(tenant);
+    Waiter* next = it->second.front();
+    it->second.pop_front();
+    // Served one: to the back of the turn order while it still waits.
+    if (it->second.empty()) {
+      waiters_.erase(it);
+    } else {
+      turns_.push_back(tenant);
+    }
+    --waiting_;
+    next->slot = *usable;
+    busy_.push_back(*usable);
+    free_.erase(usable);
+    handed = true;
+  }
+  return handed;
 }
 
 void SlotPool::Release(uint32_t slot) {
+  bool handed = false;
   {
     std::lock_guard lock(mu_);
     busy_.erase(std::find(busy_.begin(), busy_.end(), slot));
     free_.push_back(slot);
+    handed = DispatchLocked();
   }
-  freed_.notify_all();
+  if (handed) handed_.notify_all();
 }
 
 void SlotPool::SetInService(uint32_t slot, bool in_service) {
+  bool handed = false;
   {
     std::lock_guard lock(mu_);
     if (!Contains(busy_, slot) && std::find(free_.begin(), free_.end(), slot) == free_.end()) return;
@@ -67,8 +91,9 @@ void SlotPool::SetInService(uint32_t slot, bool in_service) {
     } else if (!in_service && !out) {
       out_of_service_.push_back(slot);
     }
+    handed = DispatchLocked();
   }
-  freed_.notify_all();
+  if (handed) handed_.notify_all();
 }
 
 bool SlotPool::InService(uint32_t slot) const {
@@ -78,7 +103,13 @@ bool SlotPool::InService(uint32_t slot) const {
 
 size_t SlotPool::waiting() const {
   std::lock_guard lock(mu_);
-  return static_cast<size_t>(next_ticket_ - serving_ticket_);
+  return waiting_;
+}
+
+size_t SlotPool::waiting(const std::string& tenant) const {
+  std::lock_guard lock(mu_);
+  const auto it = waiters_.find(tenant);
+  return it == waiters_.end() ? 0 : it->second.size();
 }
 
 size_t SlotPool::idle() const {

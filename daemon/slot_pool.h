@@ -6,13 +6,21 @@
 // return can never leak a GPU. A slot can be taken out of service (a
 // quarantined GPU, daemon/device_health.h): it is handed out again only once
 // it is put back; a job holding it keeps it until the lease ends.
+//
+// Fair share: every waiter names its tenant (the API token's name; "" when
+// authentication is off). Free slots go to the tenants with waiters in turn,
+// one slot each, round robin, and first come first served within a tenant, so
+// a tenant with a thousand queued jobs delays another tenant's next job by at
+// most one job per tenant ahead of it, never by its whole backlog.
 
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace kbox {
@@ -47,9 +55,9 @@ class SlotPool {
   SlotPool(SlotPool&& other) noexcept;
   SlotPool(const SlotPool&) = delete;
 
-  // Blocks until a slot in service is free; slots are handed out first come,
-  // first served.
-  Lease Acquire();
+  // Blocks until a slot in service is given to this caller: tenants with
+  // waiters take turns, and each tenant's waiters are served in arrival order.
+  Lease Acquire(const std::string& tenant = "");
 
   // Takes `slot` out of service or puts it back; unknown slots are ignored.
   void SetInService(uint32_t slot, bool in_service);
@@ -61,20 +69,33 @@ class SlotPool {
   bool InService(uint32_t slot) const;
   // Callers blocked in Acquire now (the queue in front of the pool).
   size_t waiting() const;
+  // Of them, those of `tenant`.
+  size_t waiting(const std::string& tenant) const;
   // Free slots in service.
   size_t idle() const;
 
  private:
+  // One caller blocked in Acquire; `slot` is set when one is handed to it.
+  struct Waiter {
+    std::optional<uint32_t> slot;
+  };
+
   void Release(uint32_t slot);
+  // Hands free slots in service to waiters, tenants in turn; with mu_ held.
+  // Returns whether any waiter got one.
+  bool DispatchLocked();
 
   mutable std::mutex mu_;
-  std::condition_variable freed_;
+  std::condition_variable handed_;
   std::deque<uint32_t> free_;
   std::vector<uint32_t> busy_;
   std::vector<uint32_t> out_of_service_;
   size_t total_ = 0;
-  uint64_t next_ticket_ = 0;     // FIFO fairness among waiters.
-  uint64_t serving_ticket_ = 0;
+  // Waiters by tenant in arrival order, and the tenants with waiters in the
+  // order of their next turn.
+  std::map<std::string, std::deque<Waiter*>> waiters_;
+  std::deque<std::string> turns_;
+  size_t waiting_ = 0;
 };
 
 }  // namespace kbox

@@ -192,6 +192,14 @@ void RunInit(Context& ctx) {
   if (!reported) {
     // Init failed (its message is on stderr) or was killed.
     if (WIFEXITED(init_status)) ::_exit(WEXITSTATUS(init_status));
+    if (WTERMSIG(init_status) == SIGKILL) {
+      // Nothing inside can SIGKILL its pid namespace's init: someone outside
+      // did. End by SIGKILL too, so kboxd reads an outside kill (kbox's
+      // fault), not a setup failure or the last party's crash.
+      const std::string line = "kbox-sandbox: sandbox init was killed by SIGKILL\n";
+      (void)!::write(2, line.data(), line.size());
+      ::kill(::getpid(), SIGKILL);
+    }
     Die("sandbox init was killed by signal " + std::to_string(WTERMSIG(init_status)));
   }
   if (end.forbidden_syscall >= 0) {

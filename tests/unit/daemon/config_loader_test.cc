@@ -118,6 +118,20 @@ TEST(ConfigLoaderTest, BuildCacheSettings) {
   EXPECT_EQ(config->build_cache_max_bytes(), 1048576u);
 }
 
+TEST(ConfigLoaderTest, InfraRetriesDefaultsToOneAndZeroTurnsThemOff) {
+  auto parsed = ParseConfigText("");
+  ASSERT_TRUE(parsed) << parsed.error().message;
+  auto config = ApplyConfigDefaults(*parsed, 4);
+  ASSERT_TRUE(config);
+  EXPECT_EQ(config->infra_retries(), 1u);
+  parsed = ParseConfigText("infra_retries: 0\n");
+  ASSERT_TRUE(parsed) << parsed.error().message;
+  config = ApplyConfigDefaults(*parsed, 4);
+  ASSERT_TRUE(config);
+  EXPECT_TRUE(config->has_infra_retries());
+  EXPECT_EQ(config->infra_retries(), 0u);
+}
+
 TEST(ConfigLoaderTest, ZeroCoresMeansOneCompileWorker) {
   const auto config = ApplyConfigDefaults(v1::DaemonConfig(), 0);
   ASSERT_TRUE(config);
@@ -193,6 +207,7 @@ TEST(ConfigLoaderTest, RejectsOutOfBoundsCounts) {
       {&v1::DaemonConfig::set_default_performance_trials, 1001, "default_performance_trials"},
       {&v1::DaemonConfig::set_max_correctness_trials, 10'001, "max_correctness_trials"},
       {&v1::DaemonConfig::set_max_log_bytes, (1u << 20) + 1, "max_log_bytes"},
+      {&v1::DaemonConfig::set_infra_retries, 4, "infra_retries"},
   };
   for (const Case& c : cases) {
     v1::DaemonConfig config;

@@ -71,6 +71,7 @@ TEST(MetricsTest, DeclaresEveryMetricWithItsType) {
       {"kbox_http_responses_total", "counter"},
       {"kbox_anticheat_verdicts_total", "counter"},
       {"kbox_infra_errors_total", "counter"},
+      {"kbox_infra_retries_total", "counter"},
       {"kbox_sandbox_violations_total", "counter"},
       {"kbox_worker_crashes_total", "counter"},
       {"kbox_zygote_restarts_total", "counter"},
@@ -120,6 +121,8 @@ TEST(MetricsTest, LabelValuesComeFromClosedSets) {
       {"kbox_http_responses_total", {{"code", {"1xx", "2xx", "3xx", "4xx", "5xx"}}}},
       {"kbox_anticheat_verdicts_total", {{"rule", rules}, {"severity", {"info", "suspicious", "reject"}}}},
       {"kbox_infra_errors_total", {{"cause", causes}}},
+      {"kbox_infra_retries_total",
+       {{"cause", {"stage_killed", "compiler_killed", "zygote_died", "harness_crash"}}}},
       {"kbox_sandbox_violations_total", {{"kind", kinds}}},
       {"kbox_worker_crashes_total", {{"worker", {"harness", "zygote"}}}},
       {"kbox_zygote_restarts_total", {{"device", devices}}},
@@ -149,6 +152,25 @@ v1::EvaluateResult Job(v1::Backend backend, v1::Status status) {
   r.mutable_durations()->set_compile_ms(20'000);
   r.mutable_durations()->set_total_ms(20'100);
   return r;
+}
+
+// A retried attempt counts by cause, and a killed harness as a worker crash;
+// the job's own count waits for its final result.
+TEST(MetricsTest, RecordInfraRetryCountsTheAttemptNotTheJob) {
+  Metrics metrics = TwoGpuMetrics();
+  metrics.RecordInfraRetry(InfraCause::kStageKilled);
+  metrics.RecordInfraRetry(InfraCause::kCompilerKilled);
+  JobTrace killed{.checked = true, .compiled = true};
+  killed.cause.infra = InfraCause::kStageKilled;
+  metrics.RecordJob(Job(v1::BACKEND_CPU, v1::INFRA_ERROR), killed);
+  const Exposition e = Parse(metrics.Serialize());
+  EXPECT_EQ(e.samples.at("kbox_infra_retries_total").at(R"(cause="stage_killed")"), 1);
+  EXPECT_EQ(e.samples.at("kbox_infra_retries_total").at(R"(cause="compiler_killed")"), 1);
+  EXPECT_EQ(e.samples.at("kbox_infra_retries_total").at(R"(cause="zygote_died")"), 0);
+  EXPECT_EQ(e.samples.at("kbox_infra_errors_total").at(R"(cause="stage_killed")"), 1);
+  EXPECT_EQ(e.samples.at("kbox_jobs_total").at(R"(backend="cpu",status="infra_error")"), 1);
+  // The killed harness of the retried attempt and of the final one.
+  EXPECT_EQ(e.samples.at("kbox_worker_crashes_total").at(R"(worker="harness")"), 2);
 }
 
 TEST(MetricsTest, RecordJobCountsStatusPhasesAndCauses) {

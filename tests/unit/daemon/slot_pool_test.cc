@@ -5,10 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <fstream>
 #include <future>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -218,6 +220,82 @@ TEST(SlotPoolTest, SlotOutOfServiceIsNotHandedOutUntilPutBack) {
   EXPECT_TRUE(pool.IsBusy(7));
   only.reset();
   EXPECT_EQ(pool.idle(), 1u);  // Slot 4 only.
+}
+
+// Waits (bounded) until `pool` counts `n` waiters of `tenant`.
+bool WaitForWaiters(const SlotPool& pool, const std::string& tenant, size_t n) {
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pool.waiting(tenant) == n) return true;
+    std::this_thread::yield();
+  }
+  return false;
+}
+
+// One tenant's backlog must not starve another: with "bulk" queued first and
+// deep, "small"'s jobs are served in alternation with it, and each tenant's
+// own jobs in their arrival order.
+TEST(SlotPoolTest, BackloggedTenantsTakeTurns) {
+  SlotPool pool = SlotPool::Anonymous(1);
+  auto held = std::make_optional(pool.Acquire("bulk"));
+  std::mutex mu;
+  std::vector<std::string> served;
+  std::vector<std::thread> threads;
+  auto enqueue = [&](const std::string& tenant, int index) {
+    threads.emplace_back([&, tenant, index] {
+      auto lease = pool.Acquire(tenant);
+      std::lock_guard lock(mu);
+      served.push_back(tenant + std::to_string(index));
+    });
+  };
+  for (int i = 0; i < 5; ++i) {
+    enqueue("bulk", i);
+    ASSERT_TRUE(WaitForWaiters(pool, "bulk", static_cast<size_t>(i + 1)));
+  }
+  for (int i = 0; i < 2; ++i) {
+    enqueue("small", i);
+    ASSERT_TRUE(WaitForWaiters(pool, "small", static_cast<size_t>(i + 1)));
+  }
+  EXPECT_EQ(pool.waiting(), 7u);
+  held.reset();
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(served, (std::vector<std::string>{"bulk0", "small0", "bulk1", "small1", "bulk2",
+                                              "bulk3", "bulk4"}));
+  EXPECT_EQ(pool.waiting(), 0u);
+  EXPECT_EQ(pool.idle(), 1u);
+}
+
+// Three tenants and two slots: at every point, the tenants' counts of
+// served jobs differ by at most one (round robin), plus one more for the two
+// holders recording concurrently out of grant order.
+TEST(SlotPoolTest, FairShareHoldsWithSeveralSlots) {
+  SlotPool pool = SlotPool::Anonymous(2);
+  auto a = std::make_optional(pool.Acquire("x"));
+  auto b = std::make_optional(pool.Acquire("x"));
+  std::mutex mu;
+  std::vector<std::string> served;
+  std::vector<std::thread> threads;
+  const std::vector<std::string> tenants = {"t0", "t1", "t2"};
+  for (const auto& tenant : tenants) {
+    for (int i = 0; i < 6; ++i) {
+      threads.emplace_back([&, tenant] {
+        auto lease = pool.Acquire(tenant);
+        std::lock_guard lock(mu);
+        served.push_back(tenant);
+      });
+    }
+    ASSERT_TRUE(WaitForWaiters(pool, tenant, 6));
+  }
+  a.reset();
+  b.reset();
+  for (auto& t : threads) t.join();
+  ASSERT_EQ(served.size(), 18u);
+  std::map<std::string, int> counts = {{"t0", 0}, {"t1", 0}, {"t2", 0}};
+  for (size_t k = 0; k < served.size(); ++k) {
+    ++counts[served[k]];
+    const auto [lo, hi] = std::minmax({counts["t0"], counts["t1"], counts["t2"]});
+    EXPECT_LE(hi - lo, 2) << "after " << k + 1 << " grants";
+  }
 }
 
 }  // namespace

@@ -158,6 +158,10 @@ class Worker(object):
                 triton_prep.install(self.broker)
         if spec.strict_seccomp_bpf:
             import torch.utils.cpp_extension as _ce  # noqa: F401  (looks for nvcc with `which`)
+            # No SIGKILL from candidate code, to itself or the judge: the
+            # judge and kboxd read a SIGKILL as an outside kill (kbox's fault).
+            # Before the strict filter, which kills any later seccomp().
+            strict_filter.install_no_sigkill()
             strict_filter.install(spec.strict_seccomp_bpf)
         self.clock = timing.Clock(self.device)
         self.guard = dynamic_checks.Guard(_GUARDED_MODULES)

@@ -1,11 +1,20 @@
 """STAGE_COMPILE: import the candidate with no device so its extensions build."""
-from . import candidate_import, errors, fingerprint, light_headers, protocol, sanitize
+import re
+
+from . import candidate_import, errors, fingerprint, light_headers, protocol, sanitize, strict_filter
+
+# gcc's driver, when a program it ran (cc1plus, as, ld) died by SIGKILL.
+_COMPILER_KILLED = re.compile(r"^\S*: fatal error: Killed signal terminated program \S+$",
+                              re.MULTILINE)
 
 
 def run(spec, pipe):
     pipe.enter(protocol.HARNESS)
     import torch  # noqa: F401  (imported under HARNESS: a crash here is ours)
     scrubber = candidate_import.default_scrubber(spec)
+    # Candidate code runs in this process (and the compilers under it): it
+    # must not be able to send SIGKILL, which kboxd reads as an outside kill.
+    strict_filter.install_no_sigkill()
     report = {"fingerprint": fingerprint.software()}
     imp = candidate_import.import_candidate(spec, pipe)
     report["phase_ms"] = {"import_candidate": imp.ms}
@@ -21,6 +30,8 @@ def run(spec, pipe):
         # to something else, its extension did not build.
         message, log = candidate_import.build_failure(spec, imp, scrubber)
         report.update(outcome="COMPILE_FAILED", message=message, compile_log=log)
+        if _COMPILER_KILLED.search(str(imp.hook.failure.get("output") or "")):
+            report["compiler_killed"] = True
         return report
     syntax = imp.syntax_error(spec.candidate_path)
     if syntax is not None:

@@ -10,9 +10,10 @@ class ClientFailed(Exception):
     candidate `error` is the RuntimeError dict its process sent and
     `message` the one-line summary."""
 
-    def __init__(self, party, exc=None, error=None, message="", violation=False):
+    def __init__(self, party, exc=None, error=None, message="", violation=False, killed=False):
         Exception.__init__(self, party)
         self.party = party
+        self.killed = killed  # its process died by SIGKILL (the judge saw it)
         self.violation = violation  # stopped by the sandbox, not a plain error
         self.exc = exc
         self.error = error

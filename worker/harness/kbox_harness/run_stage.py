@@ -122,8 +122,14 @@ class RunStage(judge_timing.TimingRounds):
                 "candidate tried to create a process or run a program, which the sandbox forbids "
                 "once candidate code runs (killed by the strict seccomp filter)"))
         if party == CANDIDATE:
-            raise judging.ClientFailed(CANDIDATE, message="candidate's process died (%s)" % how)
-        raise judging.HarnessFailed("the candidate's process died (%s) before running candidate code" % how)
+            # Candidate code cannot send SIGKILL (strict_filter.install_no_sigkill):
+            # the job's cgroup (out of memory) or something outside the job did.
+            raise judging.ClientFailed(CANDIDATE, message="candidate's process died (%s)" % how,
+                                       killed=how == "signal SIGKILL")
+        failed = judging.HarnessFailed(
+            "the candidate's process died (%s) before running candidate code" % how)
+        failed.candidate_killed = how == "signal SIGKILL"  # from outside the job, or out of memory
+        raise failed
 
     def _take_findings(self, pairs):
         for pair in pairs or []:
@@ -270,6 +276,8 @@ class RunStage(judge_timing.TimingRounds):
         else:
             outcome, message = "CANDIDATE_FAILED", f.message
         self.report.update(outcome=outcome, message=errors.one_line(message), error=error)
+        if f.killed and outcome == "CANDIDATE_FAILED":
+            self.report["candidate_killed"] = True
 
     def _denied(self, then):
         """When the candidate failed after the audit hook refused it something,

@@ -10,12 +10,15 @@ def _harness_failed(exc, phase, spec):
     max_bytes = spec.max_log_bytes if spec else protocol.DEFAULT_MAX_LOG_BYTES
     scrubber = sanitize.PathScrubber(spec.candidate_path, spec.reference_path,
                                      spec.build_dir) if spec else None
-    return {
+    report = {
         "outcome": "HARNESS_FAILED",
         "message": errors.one_line("harness failed: " + sanitize.sanitize(
             errors.exception_line(exc), scrubber)),
         "error": errors.runtime_error(exc, phase, scrubber, max_bytes),
     }
+    if getattr(exc, "candidate_killed", False):
+        report["candidate_killed"] = True
+    return report
 
 
 def main(argv=None):

@@ -11,6 +11,7 @@ before the candidate's code runs.
 import ctypes
 import os
 import platform
+import struct
 
 _SYS_SECCOMP = {"x86_64": 317}
 _SECCOMP_SET_MODE_FILTER = 1
@@ -42,18 +43,82 @@ def read_program(path):
 
 def install(path):
     """Installs the BPF program at `path` on every thread of this process."""
+    _install_program(read_program(path), "the strict seccomp filter")
+
+
+# Classic BPF opcodes and seccomp return values (linux/filter.h, linux/seccomp.h).
+_LD_W_ABS = 0x20
+_ALU_AND_K = 0x54
+_JEQ_K = 0x15
+_RET_K = 0x06
+_RET_ALLOW = 0x7fff0000
+_RET_ERRNO_EPERM = 0x00050000 | 1
+_AUDIT_ARCH_X86_64 = 0xC000003E
+_X32_SYSCALL_BIT = 0x40000000
+# x86_64 numbers of the calls that send a signal to a pid, and the argument
+# holding the signal: kill(pid, sig), tkill(tid, sig), tgkill(tgid, tid, sig).
+# (rt_sigqueueinfo, rt_tgsigqueueinfo and pidfd_send_signal are refused by
+# the stage policies already.)
+_SIGNAL_CALLS = ((62, 1), (200, 1), (234, 2))
+_SIGKILL = 9
+
+
+def no_sigkill_program():
+    """A BPF program that makes kill/tkill/tgkill with SIGKILL fail with EPERM
+    and allows everything else (the filters under it decide the rest).
+
+    Why: kboxd reads a stage that died by SIGKILL, with no kill of its own and
+    no out-of-memory kill in the job's cgroup, as killed from outside the job:
+    kbox's fault (INFRA_ERROR), never the candidate's. That holds only if
+    candidate code cannot send SIGKILL, to itself or to the judge.
+    The signal is an int: only the argument's low 32 bits count."""
+    def insn(code, k, jt=0, jf=0):
+        return (code, jt, jf, k)
+    n = len(_SIGNAL_CALLS)
+    prog = [insn(_LD_W_ABS, 4)]                         # arch
+    # Not x86_64: allow here; the stage policy under it kills foreign ABIs.
+    prog.append(insn(_JEQ_K, _AUDIT_ARCH_X86_64, 0, 2 + n + 1 + 2 * n))
+    prog.append(insn(_LD_W_ABS, 0))                    # nr
+    prog.append(insn(_ALU_AND_K, 0xFFFFFFFF & ~_X32_SYSCALL_BIT))
+    # One jump per call to its argument check below; none: allow.
+    for i, (number, _) in enumerate(_SIGNAL_CALLS):
+        prog.append(insn(_JEQ_K, number, (n - i - 1) + 1 + 2 * i, 0))
+    prog.append(insn(_RET_K, _RET_ALLOW))
+    for i, (_, arg) in enumerate(_SIGNAL_CALLS):
+        prog.append(insn(_LD_W_ABS, 16 + 8 * arg))     # low word of args[arg]
+        # SIGKILL: to the EPERM return; else to the allow return.
+        to_eperm = 2 * (n - i - 1) + 1
+        prog.append(insn(_JEQ_K, _SIGKILL, to_eperm, to_eperm - 1))
+    prog.append(insn(_RET_K, _RET_ALLOW))
+    prog.append(insn(_RET_K, _RET_ERRNO_EPERM))
+    return b"".join(struct.pack("=HBBI", code, jt, jf, k) for code, jt, jf, k in prog)
+
+
+def install_no_sigkill():
+    """Installs no_sigkill_program() on every thread of this process."""
+    _install_program(no_sigkill_program(), "the no-SIGKILL seccomp filter")
+
+
+def _no_new_privs():
+    try:
+        with open("/proc/self/status") as f:
+            return any(line.split() == ["NoNewPrivs:", "1"] for line in f)
+    except OSError:
+        return False
+
+
+def _install_program(data, what):
     machine = platform.machine()
     nr = _SYS_SECCOMP.get(machine)
     if nr is None:
-        raise StrictFilterError("cannot install the strict seccomp filter: unsupported "
-                                "architecture %s" % machine)
-    data = read_program(path)
+        raise StrictFilterError("cannot install %s: unsupported architecture %s" % (what, machine))
     libc = ctypes.CDLL(None, use_errno=True)
-    # Set by the sandbox already; needed (and harmless) outside it.
-    if libc.prctl(ctypes.c_int(_PR_SET_NO_NEW_PRIVS), ctypes.c_ulong(1), ctypes.c_ulong(0),
+    # Set by the sandbox already (and the compile stage's policy does not
+    # allow setting it again); needed outside it.
+    if not _no_new_privs() and libc.prctl(ctypes.c_int(_PR_SET_NO_NEW_PRIVS), ctypes.c_ulong(1), ctypes.c_ulong(0),
                   ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0:
         err = ctypes.get_errno()
-        raise StrictFilterError("cannot install the strict seccomp filter: prctl("
+        raise StrictFilterError("cannot install %s: prctl(" % what +
                                 "PR_SET_NO_NEW_PRIVS): errno %d (%s)" % (err, os.strerror(err)))
     buf = ctypes.create_string_buffer(data, len(data))
     prog = _SockFprog(len(data) // _SOCK_FILTER_SIZE, ctypes.cast(buf, ctypes.c_void_p))
@@ -62,10 +127,10 @@ def install(path):
                        ctypes.c_long(_SECCOMP_FILTER_FLAG_TSYNC), ctypes.byref(prog))
     if ret == -1:
         err = ctypes.get_errno()
-        raise StrictFilterError("cannot install the strict seccomp filter: errno %d (%s)"
-                                % (err, os.strerror(err)))
+        raise StrictFilterError("cannot install %s: errno %d (%s)"
+                                % (what, err, os.strerror(err)))
     if ret != 0:
         # With TSYNC, a positive return is the id of a thread that could not
         # be synchronised (it runs under a different filter tree).
-        raise StrictFilterError("cannot install the strict seccomp filter: thread %d could "
-                                "not be synchronised" % ret)
+        raise StrictFilterError("cannot install %s: thread %d could not be synchronised"
+                                % (what, ret))
