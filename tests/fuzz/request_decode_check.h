@@ -16,6 +16,7 @@
 #include <string>
 #include <string_view>
 
+#include <google/protobuf/stubs/common.h>
 #include <google/protobuf/util/field_comparator.h>
 #include <google/protobuf/util/json_util.h>
 #include <google/protobuf/util/message_differencer.h>
@@ -31,6 +32,11 @@ namespace kbox::fuzz {
 inline std::string RefusalViolation(const FieldError& error) {
   if (error.field.empty()) return "refusal names no field";
   if (error.message.empty()) return "refusal with an empty message";
+  // Checked with protobuf's own validator, not kboxd's ClientText.
+  if (!google::protobuf::internal::IsStructurallyValidUTF8(error.field) ||
+      !google::protobuf::internal::IsStructurallyValidUTF8(error.message)) {
+    return "refusal's field or message is not valid UTF-8";
+  }
   v1::ErrorResponse body;
   body.set_code(400);
   body.set_field(error.field);
