@@ -136,6 +136,7 @@ std::optional<FieldError> CheckJsonStructure(std::string_view body) {
       if (!stack.empty() && stack.back().object && stack.back().expect_key) {
         const std::string_view key = body.substr(start, i - start);
         if (!stack.back().keys.insert(key).second) {
+          if (key.empty()) return FieldError{"body", "gives the key \"\" twice in one JSON object"};
           return FieldError{ClientText(key, 128), "is given twice in one JSON object"};
         }
         stack.back().expect_key = false;
