@@ -77,10 +77,12 @@ HttpResponse ApiHandler::Error(http::status status, const std::string& field,
                                const std::string& message, Encoding encoding) const {
   v1::ErrorResponse error;
   error.set_code(static_cast<uint32_t>(status));
-  error.set_field(field);
-  error.set_message(message);
+  // Messages quote what the client sent (paths, media types, keys): only
+  // valid UTF-8 goes back, else the JSON answer would not be JSON.
+  error.set_field(ClientText(field));
+  error.set_message(ClientText(message, 2048));
   error.mutable_error()->set_code(ErrorCodeName(status));
-  error.mutable_error()->set_message(message);
+  error.mutable_error()->set_message(error.message());
   return Reply(status, error, encoding);
 }
 

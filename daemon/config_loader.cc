@@ -5,10 +5,12 @@
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
+#include <algorithm>
 #include <filesystem>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 
 namespace kbox {
 namespace po = boost::program_options;
@@ -54,6 +56,8 @@ boost::system::result<v1::DaemonConfig, FieldError> ApplyConfigDefaults(v1::Daem
   if (c.max_source_bytes() == 0) c.set_max_source_bytes(1 * kMiB);
   if (c.read_timeout_s() == 0) c.set_read_timeout_s(30);
   if (c.write_timeout_s() == 0) c.set_write_timeout_s(30);
+  if (c.header_timeout_s() == 0) c.set_header_timeout_s(std::min(10u, c.read_timeout_s()));
+  if (c.max_connections() == 0) c.set_max_connections(4096);
   if (c.max_in_flight_jobs() == 0) c.set_max_in_flight_jobs(64);
   if (c.io_threads() == 0) c.set_io_threads(2);
   if (c.compile_workers() == 0) c.set_compile_workers(cores);
@@ -87,6 +91,10 @@ boost::system::result<v1::DaemonConfig, FieldError> ApplyConfigDefaults(v1::Daem
   if (c.python().front() != '/') return FieldError{"python", "must be an absolute path"};
   if (c.max_in_flight_jobs() > 4096) return FieldError{"max_in_flight_jobs", "must be at most 4096"};
   if (c.io_threads() > 64) return FieldError{"io_threads", "must be at most 64"};
+  if (c.header_timeout_s() > c.read_timeout_s()) {
+    return FieldError{"header_timeout_s", "must not exceed read_timeout_s"};
+  }
+  if (c.max_connections() > 1u << 20) return FieldError{"max_connections", "must be at most 1048576"};
   if (c.compile_workers() > 256) return FieldError{"compile_workers", "must be at most 256"};
   if (c.cpu_run_slots() > 256) return FieldError{"cpu_run_slots", "must be at most 256"};
   if (c.infra_retries() > 3) return FieldError{"infra_retries", "must be at most 3"};
@@ -165,6 +173,17 @@ boost::system::result<CommandLine, FieldError> ParseCommandLine(int argc,
     po::store(po::command_line_parser(argc, argv).options(desc).run(), vm);
     po::notify(vm);
   } catch (const po::error& e) {
+    // Boost builds what() by substituting the offending argument into the
+    // message's "%name%" placeholders, over and over: an argument that holds
+    // a placeholder itself ("--%canonical_option%") makes what() loop
+    // forever (found by config_fuzzer). Such an argument is never a valid
+    // flag; name the problem without asking Boost.
+    for (int i = 1; i < argc; ++i) {
+      if (std::string_view(argv[i]).find('%') != std::string_view::npos) {
+        return FieldError{"flags", "invalid command line: argument " + std::to_string(i) +
+                                       " holds '%' and is not a valid option"};
+      }
+    }
     return FieldError{"flags", e.what()};
   }
   CommandLine cl;

@@ -8,6 +8,9 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 
+#include <algorithm>
+#include <sstream>
+
 namespace kbox {
 namespace asio = boost::asio;
 namespace beast = boost::beast;
@@ -58,9 +61,19 @@ asio::awaitable<void> Serve(Stream& stream, ApiHandler& handler, const ServerLim
     http::request_parser<http::string_body> parser;
     parser.header_limit(limits.max_header_bytes);
     parser.body_limit(limits.max_body_bytes);
-    lowest.expires_after(limits.read_timeout);
-    auto [read_ec, bytes] = co_await http::async_read(stream, buffer, parser, kUseTuple);
-    (void)bytes;
+    // Two deadlines, both from now: the headers must be in by the first
+    // (a slowloris client, or a kept-alive connection left idle, is closed
+    // there), the whole request by the second.
+    const auto start = std::chrono::steady_clock::now();
+    lowest.expires_at(start + std::min(limits.header_timeout, limits.read_timeout));
+    auto [read_ec, header_bytes] = co_await http::async_read_header(stream, buffer, parser, kUseTuple);
+    (void)header_bytes;
+    if (!read_ec && !parser.is_done()) {
+      lowest.expires_at(start + limits.read_timeout);
+      auto [body_ec, body_bytes] = co_await http::async_read(stream, buffer, parser, kUseTuple);
+      (void)body_bytes;
+      read_ec = body_ec;
+    }
     if (read_ec) {
       if (auto refusal = RefusalFor(read_ec, limits)) {
         auto res = handler.Error(refusal->status, refusal->field, refusal->message);
@@ -134,8 +147,36 @@ asio::awaitable<void> HttpServer::AcceptLoop() {
       if (ec == asio::error::operation_aborted) co_return;
       continue;  // EMFILE and friends: keep serving the connections we have.
     }
-    asio::co_spawn(io_, Session(std::move(socket)), asio::detached);
+    if (open_connections_.load() >= limits_.max_connections) {
+      Refuse(std::move(socket));
+      continue;
+    }
+    ++open_connections_;
+    asio::co_spawn(io_, Session(std::move(socket)), [this](std::exception_ptr) {
+      --open_connections_;
+    });
   }
+}
+
+void HttpServer::Refuse(tcp::socket socket) {
+  // One non-blocking write into the fresh socket's empty send buffer: the
+  // client that is over the limit learns why, and nothing here waits on it.
+  // A TLS listener has no handshake to answer in; it just closes.
+  beast::error_code ec;
+  if (tls_ == nullptr) {
+    HttpResponse res =
+        handler_.Error(http::status::service_unavailable, "connection",
+                       "kboxd has " + std::to_string(limits_.max_connections) +
+                           " connections open, its max_connections; retry later");
+    res.set(http::field::retry_after, "1");
+    res.keep_alive(false);
+    std::ostringstream wire;
+    wire << res;
+    socket.non_blocking(true, ec);
+    if (!ec) socket.write_some(asio::buffer(wire.str()), ec);
+  }
+  socket.shutdown(tcp::socket::shutdown_both, ec);
+  socket.close(ec);
 }
 
 asio::awaitable<void> HttpServer::Session(tcp::socket socket) {

@@ -2,10 +2,12 @@
 
 // kboxd's HTTP/1.1 server (Boost.Beast, C++20 coroutines): a timeout on every
 // read and write (and on the TLS handshake), a header and body limit on every
-// request, keep-alive, and a clear 4xx for anything malformed. Requests go to
-// ApiHandler one at a time per connection. With a TlsContext the listener
-// speaks HTTPS only.
+// request, keep-alive, a bound on open connections, and a clear 4xx for
+// anything malformed. Requests go to ApiHandler one at a time per connection.
+// With a TlsContext the listener speaks HTTPS only. What each abusive client
+// meets is in docs/reliability.md, "Hostile input".
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -22,8 +24,15 @@ namespace kbox {
 struct ServerLimits {
   uint64_t max_body_bytes = 4 << 20;
   uint32_t max_header_bytes = 16 << 10;
+  // Request line and headers, from when the connection may send them (the
+  // accept, or the end of the previous answer): slowloris and idle
+  // keep-alive connections end here. At most read_timeout.
+  std::chrono::seconds header_timeout{10};
+  // The whole request, headers and body.
   std::chrono::seconds read_timeout{30};
   std::chrono::seconds write_timeout{30};
+  // Connections open at once; past it a new one gets 503 and is closed.
+  uint32_t max_connections = 4096;
 };
 
 class HttpServer {
@@ -42,12 +51,16 @@ class HttpServer {
  private:
   boost::asio::awaitable<void> AcceptLoop();
   boost::asio::awaitable<void> Session(boost::asio::ip::tcp::socket socket);
+  // Answers 503 on a connection past max_connections and closes it, without
+  // waiting on the client.
+  void Refuse(boost::asio::ip::tcp::socket socket);
 
   boost::asio::io_context& io_;
   ApiHandler& handler_;
   ServerLimits limits_;
   const TlsContext* tls_;
   boost::asio::ip::tcp::acceptor acceptor_;
+  std::atomic<uint32_t> open_connections_{0};
 };
 
 }  // namespace kbox

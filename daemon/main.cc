@@ -256,8 +256,10 @@ int main(int argc, char** argv) {
 
   kbox::HttpServer server(io, handler,
                           kbox::ServerLimits{.max_body_bytes = config.max_body_bytes(),
+                                             .header_timeout = std::chrono::seconds(config.header_timeout_s()),
                                              .read_timeout = std::chrono::seconds(config.read_timeout_s()),
-                                             .write_timeout = std::chrono::seconds(config.write_timeout_s())},
+                                             .write_timeout = std::chrono::seconds(config.write_timeout_s()),
+                                             .max_connections = config.max_connections()},
                           tls.get());
   auto endpoint = server.Start(config.listen());
   if (!endpoint) return Fail(endpoint.error());

@@ -5,6 +5,7 @@
 // unknown enum names and malformed bodies are errors that name what is wrong.
 
 #include <string>
+#include <string_view>
 
 #include <boost/system/result.hpp>
 #include <google/protobuf/message.h>
@@ -32,5 +33,14 @@ boost::system::result<void, FieldError> DecodeMessage(const std::string& body, E
 std::string EncodeMessage(const google::protobuf::Message& message, Encoding encoding);
 
 const char* ContentTypeOf(Encoding encoding);
+
+// `text` made fit for an error body: invalid UTF-8 bytes become U+FFFD,
+// control characters a space, and at most `max_bytes` bytes are kept (at a
+// character boundary). Error messages quote client bytes; JSON must be UTF-8.
+std::string ClientText(std::string_view text, size_t max_bytes = 512);
+
+// JSON request bodies nest at most this deep (objects and arrays); kboxd's
+// messages need 5.
+inline constexpr size_t kMaxJsonDepth = 32;
 
 }  // namespace kbox

@@ -340,6 +340,41 @@ TEST(ConfigLoaderTest, UnknownFlagIsError) {
   EXPECT_NE(cl.error().message.find("no-such-flag"), std::string::npos) << cl.error().message;
 }
 
+// Boost's error message substitutes the argument into its own placeholders
+// until none is left: one that holds a placeholder used to loop forever
+// (config_fuzzer; tests/fuzz/regressions/config-*).
+TEST(ConfigLoaderTest, FlagHoldingABoostPlaceholderIsAnErrorNotAHang) {
+  for (const char* arg : {"--%canonical_option%", "--%original_token%x", "--cpu-run-slots=%value%"}) {
+    const auto cl = Parse({arg, "1"});
+    ASSERT_FALSE(cl) << arg;
+    EXPECT_EQ(cl.error().field, "flags");
+    EXPECT_NE(cl.error().message.find("'%'"), std::string::npos) << cl.error().message;
+  }
+}
+
+TEST(ConfigLoaderTest, ConnectionLimitsDefaultAndBounds) {
+  auto c = ApplyConfigDefaults(v1::DaemonConfig(), 2);
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_EQ(c->header_timeout_s(), 10u);
+  EXPECT_EQ(c->max_connections(), 4096u);
+  v1::DaemonConfig short_read;
+  short_read.set_read_timeout_s(4);  // The header default never exceeds it.
+  c = ApplyConfigDefaults(short_read, 2);
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_EQ(c->header_timeout_s(), 4u);
+  v1::DaemonConfig slow_headers;
+  slow_headers.set_read_timeout_s(5);
+  slow_headers.set_header_timeout_s(6);
+  c = ApplyConfigDefaults(slow_headers, 2);
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.error().field, "header_timeout_s");
+  v1::DaemonConfig many;
+  many.set_max_connections((1u << 20) + 1);
+  c = ApplyConfigDefaults(many, 2);
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.error().field, "max_connections");
+}
+
 TEST(ConfigLoaderTest, MissingConfigFileIsError) {
   TempDir tmp;
   const auto cl = Parse({"--config", (tmp.path() / "absent.textproto").string()});
