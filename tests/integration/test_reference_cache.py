@@ -29,7 +29,10 @@ job_scratch_bytes: 1073741824
 build_cache_max_bytes: 0
 """
 
-# A token makes this reference's key unlike any other test's.
+# A token makes this reference's key unlike any other test's. 64 x 256
+# elements stay under PyTorch's intra-op grain (32768), so each call is
+# single-threaded: on a loaded 2-core host multi-threaded calls jittered by
+# 1.4-5 % and never settled to the judge's 1 %.
 REFERENCE = """\
 # reference-cache test %s
 import torch
@@ -46,7 +49,7 @@ class Model(nn.Module):
 
 
 def get_inputs():
-    return [torch.randn(256, 1024)]
+    return [torch.randn(64, 256)]
 
 
 def get_init_inputs():
@@ -133,31 +136,37 @@ def daemon_with_cache():
     assert rc == 0, "kboxd exited with %s\n%s" % (rc, text[-4000:])
 
 
+def _relative_ci(timing):
+    lq = timing.get("lower_quartile_ms", 0)
+    return (timing["lower_quartile_ci_high_ms"] - timing["lower_quartile_ci_low_ms"]) / (2 * lq) if lq > 0 \
+        else float("inf")
+
+
 def _settled(timing):
     """The judge's rule for offering a live figure (lower quartile to 1 %)."""
-    lq = timing.get("lower_quartile_ms", 0)
-    return lq > 0 and (timing["lower_quartile_ci_high_ms"] - timing["lower_quartile_ci_low_ms"]) / (2 * lq) <= 0.01
+    return _relative_ci(timing) <= 0.01
 
 
 def test_same_reference_is_timed_live_then_taken_from_the_cache(daemon_with_cache):
     d = daemon_with_cache
     payload = {"reference_source": REFERENCE % uuid.uuid4().hex, "candidate_source": SLOW_CANDIDATE,
-               "backend": "BACKEND_CPU", "correctness_trials": 2, "performance_trials": 50,
+               "backend": "BACKEND_CPU", "correctness_trials": 2, "performance_trials": 200,
                # A pure-Python candidate has no kernel (kernel.none): the
                # static rules are not what this test is about.
                "anticheat_profile": "off"}
     # Only a live figure whose timing settled is stored; on a loaded host a
     # run may end at its time budget first, and then the next one is live
     # again. A few tries, each checked for what it must show.
-    stored = None
+    stored, seen = None, []
     for _ in range(4):
         live = d.evaluate(payload)
         assert live["status"] == "CORRECT", describe(live)
         assert live["reference_timing"]["source"] == "live", describe(live)
+        seen.append([_relative_ci(live[k]) for k in ("reference_timing", "candidate_timing")])
         if _settled(live["reference_timing"]) and _settled(live["candidate_timing"]):
             stored = live
             break
-    assert stored is not None, "no live run settled in four tries"
+    assert stored is not None, "no live run settled in four tries (relative CIs %s)" % seen
     assert d.metric("kbox_reference_cache_entries") == 1
 
     cached = d.evaluate(payload)
