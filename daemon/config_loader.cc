@@ -81,6 +81,10 @@ boost::system::result<v1::DaemonConfig, FieldError> ApplyConfigDefaults(v1::Daem
   if (c.build_cache_dir().empty()) c.set_build_cache_dir(c.work_dir() + "/build-cache");
   if (!c.has_build_cache_max_bytes()) c.set_build_cache_max_bytes(20ull << 30);
   if (!c.has_light_headers()) c.set_light_headers(true);
+  if (!c.has_reference_cache_enabled()) c.set_reference_cache_enabled(true);
+  if (c.reference_cache_max_entries() == 0) c.set_reference_cache_max_entries(10000);
+  if (c.reference_cache_ttl_s() == 0) c.set_reference_cache_ttl_s(86400);
+  if (c.live_recheck_speedup() == 0) c.set_live_recheck_speedup(1.0);
   if (c.result_ttl_s() == 0) c.set_result_ttl_s(3600);
   if (c.max_stored_jobs() == 0) c.set_max_stored_jobs(100000);
 
@@ -117,6 +121,15 @@ boost::system::result<v1::DaemonConfig, FieldError> ApplyConfigDefaults(v1::Daem
     if (path.empty() || path.front() != '/') {
       return FieldError{"sandbox_ro_paths", "must be absolute paths, got '" + path + "'"};
     }
+  }
+  if (c.reference_cache_max_entries() > 1'000'000) {
+    return FieldError{"reference_cache_max_entries", "must be at most 1000000"};
+  }
+  if (c.reference_cache_ttl_s() > 30u * 86400) {
+    return FieldError{"reference_cache_ttl_s", "must be at most 2592000 (30 days)"};
+  }
+  if (!(c.live_recheck_speedup() > 0) || c.live_recheck_speedup() > 1000) {
+    return FieldError{"live_recheck_speedup", "must be above 0 and at most 1000"};
   }
   if (c.api_tokens_file().empty() && c.auth_required_for_metrics()) {
     return FieldError{"auth_required_for_metrics", "needs api_tokens_file"};

@@ -147,6 +147,12 @@ Evaluator::Evaluator(const v1::DaemonConfig& config, HostInfo host, std::vector<
       cuda_arch_list_(ArchList(host_, gpus)),
       build_cache_(build_cache) {
   if (build_cache_) toolchain_ = ToolchainFingerprint(config_, host_, runner_.settings());
+  if (config_.reference_cache_enabled()) {
+    reference_cache_.emplace(ReferenceCache::Options{
+        .max_entries = config_.reference_cache_max_entries(),
+        .ttl = std::chrono::seconds(config_.reference_cache_ttl_s())});
+    reference_harness_ = std::string(kVersion) + " " + DirectoryDigest(config_.harness_dir());
+  }
   if (config_.preforked_run_stage()) EnablePrefork();
   // Job ids: a random per-daemon prefix plus a counter, so ids from a
   // restarted daemon never collide with old workspaces or logs.
@@ -208,6 +214,57 @@ v1::StageSpec Evaluator::MakeSpec(const JobWorkspace& ws, const v1::EffectiveSet
     if (s.backend() == v1::BACKEND_TRITON) spec.set_ptxas_path(sandbox_.settings->ptxas_path);
   }
   return spec;
+}
+
+std::string Evaluator::OfferCachedReference(const v1::EvaluateRequest& request,
+                                            const v1::EffectiveSettings& settings,
+                                            std::optional<uint32_t> gpu, v1::StageSpec& spec) {
+  if (!reference_cache_ || !settings.measure_performance() || settings.performance_trials() == 0) {
+    return "";
+  }
+  const v1::ProbeReport& probe = host_.probe;
+  // The CPU's figure also depends on how many cores the stage may use.
+  std::string device = "cpu " + host_.cpu_model + " cores=" + std::to_string(config_.job_cpu_cores());
+  if (gpu) {
+    for (const auto& g : probe.gpus()) {
+      if (g.index() == *gpu) device = g.name() + " sm_" + g.compute_capability();
+    }
+  }
+  const std::string key = ReferenceCacheKey(
+      ReferenceKeyInputs{.reference_source = request.reference_source(),
+                         .backend = v1::Backend_Name(settings.backend()),
+                         .precision = v1::Precision_Name(settings.precision()),
+                         .performance_trials = settings.performance_trials(),
+                         .warmup_calls = config_.warmup_calls(),
+                         .device = device,
+                         .driver = probe.driver_version(),
+                         .cuda = probe.cuda_version(),
+                         .torch = probe.torch_version(),
+                         .python = config_.python() + " " + probe.python_version(),
+                         .harness = reference_harness_});
+  spec.set_live_recheck_speedup(config_.live_recheck_speedup());
+  spec.set_fresh_reference_timing(request.fresh_reference_timing());
+  // A fresh measurement is asked for: the entry is not even looked at (the
+  // live figure then replaces it).
+  if (!request.fresh_reference_timing()) {
+    if (auto entry = reference_cache_->Lookup(key, Clock::now())) {
+      *spec.mutable_cached_reference() = std::move(*entry);
+    }
+  }
+  return key;
+}
+
+void Evaluator::RecordReferenceTiming(const std::string& key, const v1::EvaluateResult& result,
+                                      const v1::StageReport* report) {
+  if (key.empty() || result.status() != v1::CORRECT || !result.has_reference_timing()) return;
+  const bool hit = result.reference_timing().source() == "cache";
+  metrics_.RecordReferenceCacheLookup(hit);
+  if (hit || report == nullptr || !report->has_reference_for_cache()) return;
+  for (const auto& v : result.verdicts()) {
+    if (v.severity() == v1::Verdict::REJECT) return;
+  }
+  reference_cache_->Insert(key, report->reference_for_cache(), Clock::now());
+  metrics_.SetReferenceCacheEntries(reference_cache_->size());
 }
 
 v1::EvaluateResult Evaluator::Evaluate(const v1::EvaluateRequest& request,
@@ -405,8 +462,10 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
   placement.run_slot = (gpu_backend ? "gpu" : "cpu") + std::to_string(device.slot());
   placement.wall_limit = std::chrono::seconds(settings.time_limit_s());
   placement.mask_toolchain = settings.backend() != v1::BACKEND_TRITON;
-  StageOutcome ran =
-      runner_.Run(*ws, MakeSpec(*ws, settings, v1::STAGE_RUN, checked.report.kernel_names), placement);
+  v1::StageSpec run_spec = MakeSpec(*ws, settings, v1::STAGE_RUN, checked.report.kernel_names);
+  const std::string reference_key = OfferCachedReference(
+      request, settings, gpu_backend ? std::optional<uint32_t>(device.slot()) : std::nullopt, run_spec);
+  StageOutcome ran = runner_.Run(*ws, run_spec, placement);
   durations->set_run_ms(ran.process.wall_ms);
   trace.ran = true;
   ApplyRunStage(ran, result, &trace.cause);
@@ -426,6 +485,7 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
     metrics_.RecordVerdicts(graded);
     ApplyRunFindings(graded, result);
   }
+  RecordReferenceTiming(reference_key, result, ran.report ? &*ran.report : nullptr);
   output += ran.process.output_tail;
   result.set_output_tail(output);
 }

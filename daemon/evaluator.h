@@ -8,12 +8,14 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "daemon/device_health.h"
 #include "daemon/host_probe.h"
 #include "daemon/metrics.h"
+#include "daemon/reference_cache.h"
 #include "daemon/sandbox_setup.h"
 #include "daemon/slot_pool.h"
 #include "kbox/v1/config.pb.h"
@@ -75,6 +77,18 @@ class Evaluator {
   // Starts run stages through per-slot zygotes when the sandbox and the
   // enter library are there; logs why not otherwise.
   void EnablePrefork();
+  // The reference cache's key for this job's run stage (`gpu`: the GPU it
+  // runs on; none on the CPU backend), and the cached entry, the recheck
+  // threshold and the request's fresh_reference_timing put into `spec`.
+  // Empty without a cache or when nothing is timed.
+  std::string OfferCachedReference(const v1::EvaluateRequest& request,
+                                   const v1::EffectiveSettings& settings, std::optional<uint32_t> gpu,
+                                   v1::StageSpec& spec);
+  // Counts where a timed CORRECT job's reference figure came from, and
+  // stores a live one the harness offered (settled) unless a REJECT verdict
+  // casts doubt on the whole run.
+  void RecordReferenceTiming(const std::string& key, const v1::EvaluateResult& result,
+                             const v1::StageReport* report);
   void RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSettings& settings,
               const static_check::AnticheatProfile& anticheat, const std::string& tenant,
               const std::string& workspace, v1::EvaluateResult& result, JobTrace& trace);
@@ -92,6 +106,8 @@ class Evaluator {
   std::string cuda_arch_list_;  // TORCH_CUDA_ARCH_LIST covering every GPU in use.
   BuildCache* build_cache_;
   std::string toolchain_;  // Part of every build cache key.
+  std::optional<ReferenceCache> reference_cache_;  // Absent when disabled.
+  std::string reference_harness_;  // kbox's version and the harness digest: part of its keys.
   std::atomic<uint64_t> job_counter_{0};
   std::atomic<bool> cancelled_{false};
   std::string job_id_prefix_;

@@ -180,7 +180,23 @@ Metrics::Metrics(const MetricLabelSets& sets)
                              .Name("kbox_build_cache_bytes")
                              .Help("Bytes of all build cache entries.")
                              .Register(*registry_)
-                             .Add({})) {
+                             .Add({})),
+      reference_cache_hits_(prometheus::BuildCounter()
+                                .Name("kbox_reference_cache_hits_total")
+                                .Help("Timed jobs whose reference figure came from the reference cache.")
+                                .Register(*registry_)
+                                .Add({})),
+      reference_cache_misses_(prometheus::BuildCounter()
+                                  .Name("kbox_reference_cache_misses_total")
+                                  .Help("Timed jobs that timed their reference live with the reference "
+                                        "cache on.")
+                                  .Register(*registry_)
+                                  .Add({})),
+      reference_cache_entries_(prometheus::BuildGauge()
+                                   .Name("kbox_reference_cache_entries")
+                                   .Help("Entries in the reference timing cache.")
+                                   .Register(*registry_)
+                                   .Add({})) {
   // Every series of the closed sets, at 0, so that rate() sees a job's
   // first increment and a dashboard finds every name from the first scrape.
   for (v1::Backend b : sets.backends) {

@@ -98,6 +98,17 @@ class Metrics {
   // Bytes of all cache entries.
   void SetBuildCacheBytes(uint64_t bytes) { build_cache_bytes_.Set(static_cast<double>(bytes)); }
 
+  // The reference timing cache (docs/reference-cache.md): a job whose
+  // reference figure came from the cache (hit) or was timed live with the
+  // cache on (miss: no entry, another input signature, a live recheck of a
+  // fast candidate, or fresh_reference_timing).
+  void RecordReferenceCacheLookup(bool hit) {
+    (hit ? reference_cache_hits_ : reference_cache_misses_).Increment();
+  }
+  void SetReferenceCacheEntries(size_t entries) {
+    reference_cache_entries_.Set(static_cast<double>(entries));
+  }
+
   // The text exposition format for GET /metrics.
   std::string Serialize() const;
 
@@ -128,6 +139,9 @@ class Metrics {
   prometheus::Counter& build_cache_evictions_;
   prometheus::Counter& build_cache_corrupt_;
   prometheus::Gauge& build_cache_bytes_;
+  prometheus::Counter& reference_cache_hits_;
+  prometheus::Counter& reference_cache_misses_;
+  prometheus::Gauge& reference_cache_entries_;
 };
 
 }  // namespace kbox

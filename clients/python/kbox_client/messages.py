@@ -45,7 +45,8 @@ def make_request(reference_source: str, candidate_source: str, backend: str, *,
                  rtol: Optional[float] = None, measure_performance: Optional[bool] = None,
                  performance_trials: Optional[int] = None, time_limit_s: Optional[int] = None,
                  client_request_id: Optional[str] = None, anticheat_profile: Optional[str] = None,
-                 anticheat_overrides: Optional[Dict[str, str]] = None) -> dict:
+                 anticheat_overrides: Optional[Dict[str, str]] = None,
+                 fresh_reference_timing: Optional[bool] = None) -> dict:
     """An EvaluateRequest. Options left None are left to kboxd's defaults."""
     if not isinstance(reference_source, str) or not isinstance(candidate_source, str):
         raise TypeError("reference_source and candidate_source must be str")
@@ -75,6 +76,8 @@ def make_request(reference_source: str, candidate_source: str, backend: str, *,
         req["anticheat_profile"] = anticheat_profile
     if anticheat_overrides:
         req["anticheat_overrides"] = dict(anticheat_overrides)
+    if fresh_reference_timing is not None:
+        req["fresh_reference_timing"] = bool(fresh_reference_timing)
     return req
 
 

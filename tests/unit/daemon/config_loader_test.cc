@@ -208,11 +208,37 @@ TEST(ConfigLoaderTest, RejectsOutOfBoundsCounts) {
       {&v1::DaemonConfig::set_max_correctness_trials, 10'001, "max_correctness_trials"},
       {&v1::DaemonConfig::set_max_log_bytes, (1u << 20) + 1, "max_log_bytes"},
       {&v1::DaemonConfig::set_infra_retries, 4, "infra_retries"},
+      {&v1::DaemonConfig::set_reference_cache_max_entries, 1'000'001, "reference_cache_max_entries"},
+      {&v1::DaemonConfig::set_reference_cache_ttl_s, 30 * 86400 + 1, "reference_cache_ttl_s"},
   };
   for (const Case& c : cases) {
     v1::DaemonConfig config;
     (config.*c.set)(c.value);
     EXPECT_EQ(DefaultsErrorField(config), c.field) << c.field << " = " << c.value;
+  }
+}
+
+TEST(ConfigLoaderTest, ReferenceCacheSettings) {
+  auto config = ApplyConfigDefaults(v1::DaemonConfig(), 4);
+  ASSERT_TRUE(config);
+  EXPECT_TRUE(config->reference_cache_enabled());
+  EXPECT_EQ(config->reference_cache_max_entries(), 10000u);
+  EXPECT_EQ(config->reference_cache_ttl_s(), 86400u);
+  EXPECT_DOUBLE_EQ(config->live_recheck_speedup(), 1.0);
+
+  auto parsed = ParseConfigText(
+      "reference_cache_enabled: false\nreference_cache_max_entries: 5\nlive_recheck_speedup: 1.5\n");
+  ASSERT_TRUE(parsed) << parsed.error().message;
+  config = ApplyConfigDefaults(*parsed, 4);
+  ASSERT_TRUE(config);
+  EXPECT_FALSE(config->reference_cache_enabled());
+  EXPECT_EQ(config->reference_cache_max_entries(), 5u);
+  EXPECT_DOUBLE_EQ(config->live_recheck_speedup(), 1.5);
+
+  for (const double bad : {-1.0, 1000.5}) {
+    v1::DaemonConfig c;
+    c.set_live_recheck_speedup(bad);
+    EXPECT_EQ(DefaultsErrorField(c), "live_recheck_speedup") << bad;
   }
 }
 

@@ -91,6 +91,9 @@ TEST(MetricsTest, DeclaresEveryMetricWithItsType) {
       {"kbox_build_cache_evictions_total", "counter"},
       {"kbox_build_cache_corrupt_entries_total", "counter"},
       {"kbox_build_cache_bytes", "gauge"},
+      {"kbox_reference_cache_hits_total", "counter"},
+      {"kbox_reference_cache_misses_total", "counter"},
+      {"kbox_reference_cache_entries", "gauge"},
   };
   EXPECT_EQ(e.types, expected);
   for (const auto& [name, type] : e.types) {

@@ -264,6 +264,23 @@ TEST(ResultMapperTest, SpeedupIsFromTheLowerQuartiles) {
   EXPECT_DOUBLE_EQ(r.speedup_ci_high(), 6.6 / 1.9);
 }
 
+// The reference figure says where it came from: "cache" only when the
+// harness said so, "live" otherwise; the speedup uses it either way.
+TEST(ResultMapperTest, ReferenceSourceIsCacheOnlyWhenTheHarnessSaysSo) {
+  for (const std::string said : {"cache", "live", "", "bogus"}) {
+    v1::EvaluateResult r;
+    StageOutcome s = CorrectRun(r);
+    v1::Timing ref = QuartileTiming(4.0);
+    ref.set_source(said);
+    *s.report->mutable_candidate_timing() = QuartileTiming(2.0);
+    *s.report->mutable_reference_timing() = ref;
+    ApplyRunStage(s, r);
+    EXPECT_EQ(r.reference_timing().source(), said == "cache" ? "cache" : "live") << said;
+    EXPECT_TRUE(r.candidate_timing().source().empty());
+    EXPECT_DOUBLE_EQ(r.speedup(), 2.0);
+  }
+}
+
 // A report without a lower quartile on one side (a harness that did not
 // time that side) gets no speedup rather than one from another figure.
 TEST(ResultMapperTest, NoSpeedupWithoutBothLowerQuartiles) {

@@ -22,6 +22,8 @@ _PRECISIONS = {0: "PRECISION_UNSPECIFIED", 1: "PRECISION_FP32", 2: "PRECISION_FP
 
 DEFAULT_MAX_LOG_BYTES = 64 * 1024
 DEFAULT_CORRECTNESS_TRIALS = 5
+# config.proto's live_recheck_speedup default.
+DEFAULT_LIVE_RECHECK_SPEEDUP = 1.0
 
 
 def _enum(value, names):
@@ -72,6 +74,14 @@ class StageSpec(object):
         self.candidate_kernels = [str(k) for k in kernels] if isinstance(kernels, list) else []
         self.secret_path = str(d.get("secret_path") or "")
         self.light_headers = bool(d.get("light_headers", False))
+        # The reference cache's entry (docs/reference-cache.md); None: none.
+        cached = d.get("cached_reference")
+        self.cached_reference = None
+        if isinstance(cached, dict) and isinstance(cached.get("timing"), dict):
+            self.cached_reference = {"timing": dict(cached["timing"]),
+                                     "input_signature": str(cached.get("input_signature") or "")}
+        self.live_recheck_speedup = _float(d.get("live_recheck_speedup")) or DEFAULT_LIVE_RECHECK_SPEEDUP
+        self.fresh_reference_timing = bool(d.get("fresh_reference_timing", False))
 
     @property
     def is_gpu(self):

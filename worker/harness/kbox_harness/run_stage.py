@@ -20,7 +20,7 @@ import torch
 
 from . import (candidate_worker, channel, compare, dynamic_checks, errors, exchange, fingerprint,
                inputs, modules, sanitize, strict_filter, timing)
-from . import candidate_import, judge_timing, judging
+from . import candidate_import, judge_cached_timing, judge_timing, judging
 from .protocol import CANDIDATE, HARNESS, REFERENCE
 
 _DTYPES = {"PRECISION_FP16": torch.float16, "PRECISION_BF16": torch.bfloat16}
@@ -44,7 +44,7 @@ def read_secret(spec):
     return int(secret["seed"])
 
 
-class RunStage(judge_timing.TimingRounds):
+class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTiming):
     def __init__(self, spec, pipe):
         self.spec = spec
         self.pipe = pipe
@@ -406,7 +406,7 @@ class RunStage(judge_timing.TimingRounds):
         if spec.measure_performance and spec.performance_trials > 0:
             t0 = timing.now_ms()
             try:
-                self._measure(ref_model, get_inputs)
+                self._measure_timing(ref_model, get_inputs, init)
             finally:
                 self._timed("timing", t0)
         self.report.update(outcome="OK", message="correct on %d trials" % len(self.trials))

@@ -1,0 +1,167 @@
+"""The judge's timing against a cached reference figure (docs/reference-cache.md).
+
+kboxd may hand the run stage its reference cache's entry for this reference
+(StageSpec.cached_reference: the reference's timing from an earlier live run
+on the same device and software, and the input signature it was measured
+on). When the signature is what this job's inputs have and the request did
+not ask for a fresh measurement, only the candidate is timed, with the same
+per-call method as the interleaved rounds (its process's clock with the L2
+flushed and the launch cover, the judge's outside clock, empty calibration
+rounds, uncovered calls on a GPU, spot checks of timed outputs against the
+reference's), until its own lower quartile settles. The speedup over the
+cached figure decides: below live_recheck_speedup the cached figure stands;
+at or above it (a candidate claiming to beat the reference, where rewards
+are earned) both are timed live, interleaved, as without a cache
+(judge_timing.TimingRounds._measure).
+
+A live measurement whose lower quartiles both settled is offered back to
+kboxd (StageReport.reference_for_cache) with the input signature.
+"""
+import hashlib
+import os
+import sys
+
+import torch
+
+from . import inputs, judge_timing, judging, timing
+from .protocol import CANDIDATE, HARNESS
+
+SOURCE_LIVE = "live"
+SOURCE_CACHE = "cache"
+
+# Signatures longer than this are sent as their SHA-256 (a reference with
+# hundreds of inputs should not make every StageSpec large).
+_MAX_SIGNATURE_CHARS = 1024
+
+
+def describe(x):
+    """What of an input decides how long the reference takes: tensors by
+    dtype and shape, numbers and strings by value (an int in init inputs is
+    often a size), containers by their items, anything else by type."""
+    if isinstance(x, torch.Tensor):
+        return "%s[%s]" % (str(x.dtype).replace("torch.", ""), ",".join(str(d) for d in x.shape))
+    if isinstance(x, (bool, int, float, str)) or x is None:
+        return repr(x)
+    if isinstance(x, (list, tuple)):
+        return "(%s)" % ",".join(describe(v) for v in x)
+    if isinstance(x, dict):
+        return "{%s}" % ",".join("%s:%s" % (describe(k), describe(v)) for k, v in sorted(x.items(), key=str))
+    return type(x).__name__
+
+
+def input_signature(forward_inputs, init_inputs):
+    """The input signature of a job: forward inputs as the reference sees
+    them (on the device, in the stage's dtype) and init inputs."""
+    text = "inputs=%s;init=%s" % (describe(list(forward_inputs)), describe(list(init_inputs)))
+    if len(text) > _MAX_SIGNATURE_CHARS:
+        return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return text
+
+
+def settled(stats):
+    """Whether a Timing dict's lower quartile is known to 1 % (the settle
+    rule of the timed rounds, timing.relative_ci, from the reported figures)."""
+    lq = stats.get("lower_quartile_ms") or 0.0
+    lo, hi = stats.get("lower_quartile_ci_low_ms"), stats.get("lower_quartile_ci_high_ms")
+    if lq <= 0 or lo is None or hi is None or stats.get("count", 0) < 6:
+        return False
+    return (hi - lo) / (2.0 * lq) <= 0.01
+
+
+class CachedReferenceTiming(object):
+    """Mixed into RunStage beside judge_timing.TimingRounds: the branch
+    around _measure that may use a cached reference figure."""
+
+    def _measure_timing(self, ref_model, get_inputs, init_inputs):
+        spec = self.spec
+        signature = input_signature(self.ref_sample[0], init_inputs) if self.ref_sample else ""
+        cached = spec.cached_reference
+        usable = (cached is not None and not spec.fresh_reference_timing and signature
+                  and cached.get("input_signature") == signature
+                  and (judging.number(cached["timing"].get("lower_quartile_ms")) or 0.0) > 0)
+        if cached is not None and not usable:
+            sys.stderr.write("kbox: cached reference figure not used (%s): timing both live\n" % (
+                "fresh_reference_timing" if spec.fresh_reference_timing else "input signature differs"))
+        if usable:
+            t0 = timing.now_ms()
+            cand = self._measure_candidate_alone(ref_model, get_inputs)
+            self._timed("timing_candidate_alone", t0)
+            ref = dict(cached["timing"], source=SOURCE_CACHE)
+            speedup = ref["lower_quartile_ms"] / cand["lower_quartile_ms"] \
+                if cand.get("lower_quartile_ms") else float("inf")
+            if speedup < spec.live_recheck_speedup:
+                self.report["reference_timing"] = ref
+                self.report["candidate_timing"] = cand
+                return
+            sys.stderr.write("kbox: speedup %.4g over the cached reference figure reaches %g: "
+                             "timing both live\n" % (speedup, spec.live_recheck_speedup))
+        self._measure(ref_model, get_inputs)
+        ref = self.report["reference_timing"]
+        ref["source"] = SOURCE_LIVE
+        if signature and settled(ref) and settled(self.report["candidate_timing"]):
+            self.report["reference_for_cache"] = {"timing": dict(ref), "input_signature": signature}
+
+    def _measure_candidate_alone(self, ref_model, get_inputs):
+        """The candidate's side of _measure's rounds, with the reference run
+        (untimed) only for the calls that are spot-checked. Returns the
+        candidate's Timing dict; adds the same findings as _measure."""
+        spec = self.spec
+        pool = [self.prepare(self.draw(judging.trial_seed(self.seed, "timing-%d" % k), get_inputs))
+                for k in range(judge_timing._TIMING_POOL)]
+        paths = [self.write(x, "pool") for x in pool]
+        self.ask({"op": "pool", "paths": paths}, HARNESS)
+        for path in paths:
+            os.unlink(path)
+        # Not fitted: only the empty calibration rounds use it, so their
+        # shape matches the interleaved rounds' (the judge's turn, then the
+        # candidate's).
+        clock = timing.Clock(self.device, generous=True)
+        for w in range(spec.warmup_calls):
+            self.ask({"op": "prep", "pool": w % len(pool), "scale": 0.0, "shift": 1}, HARNESS)
+            self.ask({"op": "time"})
+        self.ask({"op": "prep", "pool": 0, "scale": 0.0, "shift": 1}, HARNESS)
+        fit = self.ask({"op": "fit"})
+        cand_cover = judging.number(fit.get("cover_ms")) or 0.0
+        overhead = self._calibrate(clock, len(pool))
+        cand_times, outside, outran, uncovered = [], [], 0, ([], [])
+        checks = 0
+        started = timing.now_ms()
+        max_calls = max(spec.performance_trials, judge_timing._MAX_CALLS_FACTOR * spec.performance_trials)
+        for j in range(max_calls):
+            k = j % len(pool)
+            d = self.rng.uniform(-1e-3, 1e-3)
+            self.ask({"op": "prep", "pool": k, "scale": d, "shift": self.rng.randrange(1, 9)}, HARNESS)
+            reply, ms = self.ask_timed({"op": "time"})
+            cand_ms = judging.number(reply.get("ms"))
+            if cand_ms is None:
+                raise judging.ClientFailed(CANDIDATE, message="candidate's process sent no time for a timed call")
+            outside.append(ms)
+            cand_times.append(cand_ms)
+            outran += 1 if reply.get("outran") is True else 0
+            if checks < judge_timing._MAX_SPOT_CHECKS and (j < 2 or self.rng.random() < judge_timing._SPOT_CHECK_SHARE):
+                checks += 1
+                x = inputs.perturbed(pool[k], d)
+                ref_in = inputs.shifted(x, 1)
+                ref_out = self.call(self.forward, ref_model, ref_in)
+                self._spot_check(j, ref_out, x, ref_in)
+                del ref_out, ref_in, x
+            if self.device.type == "cuda" and j % 2 == 1:
+                checks += self._uncovered_call(ref_model, pool, k, uncovered,
+                                               checks < judge_timing._MAX_SPOT_CHECKS, j)
+            if j % judge_timing._OVERHEAD_EVERY == judge_timing._OVERHEAD_EVERY - 1:
+                overhead.append(self._empty_round(clock, k))
+            if j + 1 >= spec.performance_trials:
+                if timing.relative_ci(cand_times) <= 0.01 or \
+                        timing.now_ms() - started > judge_timing._TIMING_BUDGET_MS:
+                    break
+        method = timing.METHOD_CUDA if self.device.type == "cuda" else timing.METHOD_CPU
+        cand = timing.stats(cand_times, method)
+        if self.device.type == "cuda":
+            cand.update(cover_ms=cand_cover, outran_calls=outran)
+        cand["outside_median_ms"] = timing.stats(outside, method)["median_ms"]
+        why = timing.outside_disagrees(cand_times, outside, overhead) or \
+            timing.hidden_by_cover(cand_times, uncovered[0], uncovered[1])
+        if why:
+            self.findings.add("run.timing-mismatch", why)
+        self._physical_floor(cand["lower_quartile_ms"])
+        return cand
