@@ -207,7 +207,8 @@ v1::StageSpec Evaluator::MakeSpec(const JobWorkspace& ws, const v1::EffectiveSet
 v1::EvaluateResult Evaluator::Evaluate(const v1::EvaluateRequest& request,
                                        const v1::EffectiveSettings& settings,
                                        const static_check::AnticheatProfile& anticheat,
-                                       Clock::time_point received, const std::string& job_id) {
+                                       Clock::time_point received, const std::string& job_id,
+                                       bool* held_back) {
   v1::EvaluateResult result;
   result.set_job_id(job_id.empty() ? NextJobId() : job_id);
   result.set_client_request_id(request.client_request_id());
@@ -215,8 +216,9 @@ v1::EvaluateResult Evaluator::Evaluate(const v1::EvaluateRequest& request,
   *result.mutable_fingerprint() = HostFingerprint(host_);
   result.mutable_fingerprint()->set_device_name("cpu");
   JobTrace trace;
+  bool not_started = false;
   try {
-    RunJob(request, settings, anticheat, result, trace);
+    RunJob(request, settings, anticheat, result, trace, not_started);
   } catch (const std::exception& e) {
     result.set_status(v1::INFRA_ERROR);
     result.set_message(std::string("kboxd internal error: ") + e.what());
@@ -225,7 +227,9 @@ v1::EvaluateResult Evaluator::Evaluate(const v1::EvaluateRequest& request,
   result.mutable_durations()->set_total_ms(MsBetween(received, Clock::now()));
   SanitizeResultText(result, 2 * static_cast<size_t>(config_.max_log_bytes()));
   FinalizeRewardable(result);
-  metrics_.RecordJob(result, trace);
+  if (held_back) *held_back = not_started;
+  // A held-back job is not a result yet: it runs again after the restart.
+  if (!not_started) metrics_.RecordJob(result, trace);
   return result;
 }
 
@@ -262,7 +266,7 @@ bool Evaluator::HasServingRunSlot(bool cpu, bool gpu) const {
 
 void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSettings& settings,
                        const static_check::AnticheatProfile& anticheat,
-                       v1::EvaluateResult& result, JobTrace& trace) {
+                       v1::EvaluateResult& result, JobTrace& trace, bool& held_back) {
   // Static checks first: a rejected candidate is never written to disk,
   // compiled or run. The verdicts of one that goes on ride along.
   const StaticPhase checked = RunStaticCheck(
@@ -296,6 +300,17 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
   auto* durations = result.mutable_durations();
   std::string output;
 
+  // Draining: a job that has not begun compiling or running yet stays
+  // unstarted (checked after each wait, since draining may begin during it).
+  bool began = false;
+  auto hold_back = [&] {
+    if (began || !stop_starting_.load()) return false;
+    result.set_status(v1::INFRA_ERROR);
+    result.set_message("kboxd is draining (shutting down) and the job did not start; retry it");
+    trace.cause.infra = InfraCause::kCancelled;
+    held_back = true;
+    return true;
+  };
   auto shutting_down = [&] {
     if (!cancelled_.load()) return false;
     result.set_status(v1::INFRA_ERROR);
@@ -319,7 +334,7 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
                                              .cuda_arch_list = compile_arch,
                                              .toolchain = toolchain_});
     flight.emplace(build_cache_->Acquire(cache_key));
-    if (shutting_down()) return;
+    if (hold_back() || shutting_down()) return;
     if (flight->role() == BuildCache::Flight::Role::kHit) {
       // On failure the build dir is empty again and the job compiles.
       const auto error = build_cache_->Restore(*flight->entry(), ws->build_dir(),
@@ -337,7 +352,8 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
   }
   if (!restored) {
     auto compile_slot = compile_slots_.Acquire();
-    if (shutting_down()) return;
+    if (hold_back() || shutting_down()) return;
+    began = true;
     StagePlacement placement;
     placement.cancel = &cancelled_;
     placement.cuda_arch = compile_arch;
@@ -365,7 +381,7 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
   durations->set_queue_wait_ms(MsBetween(queued, Clock::now()));
   trace.queued = true;
 
-  if (shutting_down()) return;
+  if (hold_back() || shutting_down()) return;
   StagePlacement placement;
   placement.cancel = &cancelled_;
   if (gpu_backend) {

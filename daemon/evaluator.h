@@ -40,11 +40,18 @@ class Evaluator {
   v1::EvaluateResult Evaluate(const v1::EvaluateRequest& request,
                               const v1::EffectiveSettings& settings,
                               const static_check::AnticheatProfile& anticheat,
-                              Clock::time_point received, const std::string& job_id = "");
+                              Clock::time_point received, const std::string& job_id = "",
+                              bool* held_back = nullptr);
 
   // A fresh job id (unique per daemon, never reused after a restart); the
   // asynchronous API assigns it at submission and passes it to Evaluate.
   std::string NextJobId();
+
+  // kboxd is draining: a job that has not yet taken a compile worker or a
+  // run slot does not take one; it ends at once as INFRA_ERROR ("did not
+  // start; retry") with *held_back set, so the caller can keep it for after
+  // the restart. Jobs already compiling or running go on.
+  void StopStartingJobs() { stop_starting_.store(true); }
 
   // Ends every running and queued job as INFRA_ERROR (kboxd's shutdown
   // deadline passed); their processes are killed within kCancelPollInterval.
@@ -75,7 +82,7 @@ class Evaluator {
   void EnablePrefork();
   void RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSettings& settings,
               const static_check::AnticheatProfile& anticheat, v1::EvaluateResult& result,
-              JobTrace& trace);
+              JobTrace& trace, bool& held_back);
 
   const v1::DaemonConfig& config_;
   HostInfo host_;
@@ -92,6 +99,7 @@ class Evaluator {
   std::string toolchain_;  // Part of every build cache key.
   std::atomic<uint64_t> job_counter_{0};
   std::atomic<bool> cancelled_{false};
+  std::atomic<bool> stop_starting_{false};
   std::string job_id_prefix_;
 };
 

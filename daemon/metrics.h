@@ -93,6 +93,17 @@ class Metrics {
   // Bytes of all cache entries.
   void SetBuildCacheBytes(uint64_t bytes) { build_cache_bytes_.Set(static_cast<double>(bytes)); }
 
+  // The durable job journal (daemon/job_journal.h).
+  void ObserveJournalWrite(double seconds) { journal_write_seconds_.Observe(seconds); }
+  void RecordJournalWriteFailure() { journal_write_failures_.Increment(); }
+  void RecordJournalCorruptRecords(uint64_t n) { journal_corrupt_.Increment(static_cast<double>(n)); }
+  // Jobs found in the journal at start-up: served again ("done") or run
+  // again ("requeued").
+  void RecordJournalRestored(uint64_t done, uint64_t requeued) {
+    journal_restored_done_.Increment(static_cast<double>(done));
+    journal_restored_requeued_.Increment(static_cast<double>(requeued));
+  }
+
   // The text exposition format for GET /metrics.
   std::string Serialize() const;
 
@@ -121,6 +132,12 @@ class Metrics {
   prometheus::Counter& build_cache_evictions_;
   prometheus::Counter& build_cache_corrupt_;
   prometheus::Gauge& build_cache_bytes_;
+  prometheus::Histogram& journal_write_seconds_;
+  prometheus::Counter& journal_write_failures_;
+  prometheus::Counter& journal_corrupt_;
+  prometheus::Family<prometheus::Counter>& journal_restored_;
+  prometheus::Counter& journal_restored_done_;
+  prometheus::Counter& journal_restored_requeued_;
 };
 
 }  // namespace kbox
