@@ -330,7 +330,9 @@ def test_without_a_journal_sigterm_ends_unstarted_jobs_infra_error_not_silently(
     # Each job ends with a result the client can read while kboxd drains:
     # a real one, or a retryable INFRA_ERROR for one that never started.
     outcomes = []
-    for job_id in ids[1:]:
+    # Latest first: the unstarted ones end at once, and kboxd exits as soon
+    # as the running one is done.
+    for job_id in reversed(ids[1:]):
         try:
             reply = first.job(job_id, JOB_WAIT_S)
         except OSError:
