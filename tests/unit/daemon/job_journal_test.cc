@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "daemon/job_store.h"
-#include "temp_dir.h"
+#include "tests/unit/temp_dir.h"
 
 namespace kbox {
 namespace {
