@@ -85,10 +85,11 @@ std::string ApiHandler::RestoreJobs(JobJournal::Loaded loaded) {
                   nullptr, now);
     auto request = std::make_shared<const v1::EvaluateRequest>(record.request());
     auto lease = admission_.Adopt(record.owner());
+    const std::string job_id = record.job_id();  // Not from `kept`: it is moved below.
     auto kept = std::make_shared<v1::JournalRecord>(std::move(record));
     kept->clear_request();  // The done record never carries it.
     QueueSubmitted(std::move(request), std::make_shared<const ResolvedJob>(std::move(*job)),
-                   Evaluator::Clock::now(), kept->job_id(), std::move(lease), std::move(kept));
+                   Evaluator::Clock::now(), job_id, std::move(lease), std::move(kept));
     ++requeued;
   }
   metrics_.RecordJournalRestored(served, requeued);
