@@ -308,6 +308,11 @@ int main(int argc, char** argv) {
             timer.expires_after(std::chrono::milliseconds(50));
             co_await timer.async_wait(asio::use_awaitable);
           }
+          // Long polls notice a finished job within their 100 ms poll: give
+          // those in progress the results the drain produced (without a
+          // journal, the only place a held-back job's INFRA_ERROR is read).
+          timer.expires_after(std::chrono::seconds(1));
+          co_await timer.async_wait(asio::use_awaitable);
           std::cerr << "kboxd: drained; exiting" << std::endl;
           server.Stop();
           io.stop();

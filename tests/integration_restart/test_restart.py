@@ -4,8 +4,8 @@ daemons on port 0, the CPU backend, real SIGKILL and SIGTERM.
 
 Cheap jobs only: candidates the strict profile rejects before anything is
 compiled (done in milliseconds) and one small pure-PyTorch candidate under
-the "off" profile (no extension to build; a few seconds each, one run slot,
-so a queue forms behind it).
+the "off" profile (no extension to build; it sleeps a second per call, so a
+job takes several seconds on the one run slot and a queue forms behind it).
 
 Its own session and daemons: tests/integration's autouse job table would
 submit dozens of unrelated jobs.
@@ -50,10 +50,17 @@ def rejected(n):
             "measure_performance": False}
 
 
+# Correct, and slow enough (a second per call) that jobs queue behind the one
+# run slot and a signal lands while one runs and others wait.
+SLOW_CORRECT = it.read(it.case_path("cand_matmul_python.py")).replace(
+    "import torch\n", "import time\n\nimport torch\n", 1).replace(
+    "        return torch.relu(a @ b)", "        time.sleep(1.0)\n        return torch.relu(a @ b)")
+
+
 def runs(n):
     """A small pure-PyTorch job that really runs (no seed: kboxd draws it)."""
     return {"reference_source": it.read(it.case_path("ref_matmul_relu.py")),
-            "candidate_source": it.read(it.case_path("cand_matmul_python.py")),
+            "candidate_source": SLOW_CORRECT,
             "backend": "BACKEND_CPU", "anticheat_profile": "off",
             "client_request_id": "runs-%d" % n, "measure_performance": False}
 
@@ -186,10 +193,9 @@ def test_sigkill_mid_load_then_retried_keys_get_exactly_one_result_each(root):
         return key, reply.json()["jobs"][0]["job_id"]
 
     with concurrent.futures.ThreadPoolExecutor(16) as pool:
-        runners = [pool.submit(submit, k) for k in keys if "runs" in k]
-        for f in runners:
-            key, job_id = f.result()
-            accepted[key] = job_id
+        # The runs in order, so they queue in order (key-runs-0 first).
+        for key in ("key-runs-%d" % n for n in range(6)):
+            accepted[key] = submit(key)[1]
         # One real result exists before the kill, and others are still queued.
         done_before = {"key-runs-0": first.wait_done(accepted["key-runs-0"])}
         futures = [pool.submit(submit, k) for k in keys if "rejected" in k]
@@ -329,18 +335,20 @@ def test_without_a_journal_sigterm_ends_unstarted_jobs_infra_error_not_silently(
     first.proc.send_signal(signal.SIGTERM)
     # Each job ends with a result the client can read while kboxd drains:
     # a real one, or a retryable INFRA_ERROR for one that never started.
-    outcomes = []
-    # Latest first: the unstarted ones end at once, and kboxd exits as soon
-    # as the running one is done.
-    for job_id in reversed(ids[1:]):
+    # Polled together: kboxd exits (a second after the last job ends) once
+    # nothing is in flight, so a poll must already be waiting by then.
+    def poll(job_id):
         try:
             reply = first.job(job_id, JOB_WAIT_S)
         except OSError:
-            break  # kboxd finished draining and exited
-        if reply.status == 200 and reply.json()["state"] == "DONE":
-            outcomes.append(reply.json()["result"])
+            return None  # kboxd finished draining and exited
+        return reply.json()["result"] if reply.json()["state"] == "DONE" else None
+
+    with concurrent.futures.ThreadPoolExecutor(len(ids)) as pool:
+        outcomes = [r for r in pool.map(poll, ids[1:]) if r is not None]
     assert first.proc.wait(timeout=DRAIN_DEADLINE_S + 30) == 0
-    held = [r for r in outcomes if r["status"] == "INFRA_ERROR"]
-    assert held, [it.describe(r) for r in outcomes]
-    for r in held:
-        assert "did not start" in r["message"] and "retry" in r["message"], r
+    # The one on the run slot finished; the one waiting for it never started.
+    assert sorted(r["status"] for r in outcomes) == ["CORRECT", "INFRA_ERROR"], \
+        [it.describe(r) for r in outcomes]
+    held = [r for r in outcomes if r["status"] == "INFRA_ERROR"][0]
+    assert "did not start" in held["message"] and "retry" in held["message"], held
