@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <unistd.h>
 
 #include <boost/asio/co_spawn.hpp>
@@ -187,6 +188,15 @@ int main(int argc, char** argv) {
   std::error_code ec;
   fs::create_directories(config.work_dir(), ec);
   if (ec) return Fail("cannot create work_dir " + config.work_dir() + ": " + ec.message());
+
+  // A kboxd killed mid-job (SIGKILL, an OOM kill) leaves its jobs'
+  // directories behind, each with its scratch tmpfs still mounted: a restart
+  // on the same work_dir unmounts and removes them (their jobs, if they came
+  // from POST /v1/jobs, are in the journal and run again under the same ids).
+  for (const auto& left : fs::directory_iterator(fs::path(config.work_dir()) / "jobs", ec)) {
+    ::umount2(left.path().c_str(), MNT_DETACH);
+    fs::remove_all(left.path(), ec);
+  }
 
   kbox::HarnessSettings harness{.python = config.python(), .harness_dir = config.harness_dir()};
   std::cerr << "kboxd: probing worker interpreter " << config.python() << std::endl;

@@ -106,15 +106,16 @@ def journaled_seed(journal, job_id):
 
 
 class Kboxd(object):
-    def __init__(self, root, name, journal, config=CONFIG):
+    def __init__(self, root, name, journal, config=CONFIG, work=None):
         self.dir = os.path.join(root, name)
+        self.work = work or os.path.join(self.dir, "work")
         os.makedirs(self.dir)
         config_path = os.path.join(self.dir, "kbox.textproto")
         with open(config_path, "w") as f:
             f.write(config)
         self.stderr_path = os.path.join(self.dir, "kboxd.stderr")
         args = [os.path.join(it.bin_dir(), "kboxd"), "--listen", "127.0.0.1:0",
-                "--work-dir", os.path.join(self.dir, "work"), "--config", config_path]
+                "--work-dir", self.work, "--config", config_path]
         if journal:
             args += ["--job-store-dir", journal]
         with open(self.stderr_path, "wb") as err:
@@ -174,12 +175,17 @@ def root():
     yield path, daemons
     for d in daemons:
         d.stop()
+    # A SIGKILLed kboxd cannot unmount its jobs' scratch tmpfs: done here.
+    with open("/proc/mounts") as f:
+        leftovers = [line.split()[1] for line in f if line.split()[1].startswith(path + "/")]
+    for mount_point in sorted(leftovers, reverse=True):
+        subprocess.call(["umount", "-l", mount_point])
     shutil.rmtree(path, ignore_errors=True)
 
 
-def start(root, name, journal, config=CONFIG):
+def start(root, name, journal, config=CONFIG, work=None):
     path, daemons = root
-    d = Kboxd(path, name, journal, config)
+    d = Kboxd(path, name, journal, config, work)
     daemons.append(d)
     return d
 
@@ -231,7 +237,9 @@ def test_sigkill_mid_load_then_retried_keys_get_exactly_one_result_each(root):
             pass  # its result was journaled (no request kept): it finished
     assert drawn, "every job had finished before the kill: no load to restart under"
 
-    second = start(root, "second", journal)
+    # The same work_dir: the killed daemon's job directories (scratch tmpfs
+    # still mounted) are swept, and the re-run jobs reuse their ids.
+    second = start(root, "second", journal, work=first.work)
     assert "job journal" in second.stderr()
     restored = re.search(r"(\d+) results served again, (\d+) unfinished jobs queued again",
                          second.stderr())
