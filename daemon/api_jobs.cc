@@ -149,7 +149,7 @@ HttpResponse ApiHandler::Submit(const HttpRequest& req, const Caller& caller) {
 
   // Durable before answered: a job the client is told about survives a
   // crash of kboxd from here on (docs/reliability.md).
-  std::vector<std::shared_ptr<const v1::JournalRecord>> records(pending.size());
+  std::vector<std::shared_ptr<v1::JournalRecord>> records(pending.size());
   if (journal_ != nullptr && fresh > 0) {
     const int64_t now_ms = UnixMillis();
     std::vector<const v1::JournalRecord*> batch;
@@ -173,6 +173,10 @@ HttpResponse ApiHandler::Submit(const HttpRequest& req, const Caller& caller) {
       withdraw();
       return Unavailable("kboxd cannot record jobs durably now (job journal write failed); retry",
                          *encoding);
+    }
+    // On disk now; the job's result record needs only the rest.
+    for (auto& record : records) {
+      if (record) record->clear_request();
     }
   }
 
