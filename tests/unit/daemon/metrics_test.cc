@@ -89,6 +89,10 @@ TEST(MetricsTest, DeclaresEveryMetricWithItsType) {
       {"kbox_build_cache_evictions_total", "counter"},
       {"kbox_build_cache_corrupt_entries_total", "counter"},
       {"kbox_build_cache_bytes", "gauge"},
+      {"kbox_job_journal_write_duration_seconds", "histogram"},
+      {"kbox_job_journal_write_failures_total", "counter"},
+      {"kbox_job_journal_corrupt_records_total", "counter"},
+      {"kbox_job_journal_restored_jobs_total", "counter"},
   };
   EXPECT_EQ(e.types, expected);
   for (const auto& [name, type] : e.types) {
@@ -128,6 +132,7 @@ TEST(MetricsTest, LabelValuesComeFromClosedSets) {
       {"kbox_run_slots", {{"device", devices}, {"state", {"busy", "idle", "quarantined"}}}},
       {"kbox_compile_slots", {{"state", {"busy", "idle"}}}},
       {"kbox_device_healthy", {{"device", devices}}},
+      {"kbox_job_journal_restored_jobs_total", {{"state", {"done", "requeued"}}}},
   };
   for (const auto& [family, sets] : expected) EXPECT_EQ(e.labels.at(family), sets) << family;
   // The unlabelled ones carry no label at all.
