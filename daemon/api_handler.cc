@@ -50,17 +50,21 @@ const char* ErrorCodeName(http::status status) {
 
 ApiHandler::ApiHandler(const v1::DaemonConfig& config, RequestPolicy policy, Evaluator& evaluator,
                        Metrics& metrics, boost::asio::thread_pool& job_pool,
-                       const ApiTokens* tokens)
+                       const ApiTokens* tokens, JobJournal* journal)
     : config_(config),
       policy_(std::move(policy)),
       evaluator_(evaluator),
       metrics_(metrics),
       job_pool_(job_pool),
       tokens_(tokens),
+      journal_(journal),
       admission_(config.max_in_flight_jobs(),
                  [&metrics](uint32_t in_flight) { metrics.SetJobsInFlight(in_flight); }),
       jobs_(JobStore::Options{.result_ttl = std::chrono::seconds(config.result_ttl_s()),
-                              .max_jobs = config.max_stored_jobs()}) {}
+                              .max_jobs = config.max_stored_jobs(),
+                              .on_expired = [journal](const std::string& job_id) {
+                                if (journal) journal->Remove(job_id);
+                              }}) {}
 
 HttpResponse ApiHandler::Reply(http::status status, const google::protobuf::Message& body,
                                Encoding encoding) const {
@@ -181,11 +185,20 @@ ApiHandler::Route ApiHandler::Resolve(const HttpRequest& req, const std::string&
       metrics_.RecordResponse(200);
     }
   } else if (target == "/v1/evaluate") {
-    if (only(http::verb::post)) return Route::kEvaluate;
+    if (only(http::verb::post)) {
+      if (!draining_.load()) return Route::kEvaluate;
+      res = Unavailable("kboxd is draining (shutting down); retry on another replica or later",
+                        Encoding::kJson);
+    }
   } else if (target == "/v1/check") {
     if (only(http::verb::post)) return Route::kCheck;
   } else if (target == "/v1/jobs") {
-    if (only(http::verb::post)) res = Submit(req, caller);
+    if (only(http::verb::post)) {
+      res = draining_.load()
+                ? Unavailable("kboxd is draining (shutting down); retry on another replica or later",
+                              Encoding::kJson)
+                : Submit(req, caller);
+    }
   } else if (target.starts_with("/v1/jobs/") && target.size() > 9) {
     if (only(http::verb::get)) return Route::kGetJob;
   } else {
@@ -293,6 +306,12 @@ awaitable<HttpResponse> ApiHandler::Check(const HttpRequest& req) {
       },
       boost::asio::use_awaitable);
   co_return Reply(http::status::ok, response, *encoding);
+}
+
+HttpResponse ApiHandler::Unavailable(const std::string& message, Encoding encoding) const {
+  HttpResponse res = Error(http::status::service_unavailable, "", message, encoding);
+  res.set(http::field::retry_after, kRetryAfterSeconds);
+  return res;
 }
 
 HttpResponse ApiHandler::Ready() const {

@@ -20,6 +20,7 @@
 // checks never wait behind evaluations.
 
 #include <atomic>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -30,6 +31,7 @@
 #include "daemon/api_tokens.h"
 #include "daemon/evaluator.h"
 #include "daemon/job_admission.h"
+#include "daemon/job_journal.h"
 #include "daemon/job_store.h"
 #include "daemon/message_codec.h"
 #include "daemon/metrics.h"
@@ -51,8 +53,18 @@ struct Caller {
 class ApiHandler {
  public:
   // `tokens` null: no authentication. Otherwise it must outlive the handler.
+  // `journal` null: jobs live in memory only (lost by a restart); otherwise
+  // every accepted job and result is durable before it is answered or
+  // shown (api_journal.cc), and the journal must outlive the handler.
   ApiHandler(const v1::DaemonConfig& config, RequestPolicy policy, Evaluator& evaluator,
-             Metrics& metrics, boost::asio::thread_pool& job_pool, const ApiTokens* tokens);
+             Metrics& metrics, boost::asio::thread_pool& job_pool, const ApiTokens* tokens,
+             JobJournal* journal = nullptr);
+
+  // Start-up, before serving: the journal's jobs back in the store, finished
+  // ones to be served again and unfinished ones queued to run (with their
+  // first seed). Expired results are deleted; past max_stored_jobs, the
+  // oldest results go. Returns a line for the log.
+  std::string RestoreJobs(JobJournal::Loaded loaded);
 
   boost::asio::awaitable<HttpResponse> Handle(HttpRequest request);
 
@@ -61,8 +73,14 @@ class ApiHandler {
                      const std::string& message, Encoding encoding = Encoding::kJson) const;
 
   uint32_t jobs_in_flight() const { return admission_.in_flight(); }
-  // kboxd is shutting down: /readyz answers 503 from now on.
-  void StartDraining() { draining_.store(true); }
+  // kboxd is shutting down: /readyz answers 503 from now on, submissions
+  // get 503 + Retry-After, and jobs that have not started stay unstarted
+  // (in the journal, to run after the restart; without one they end
+  // INFRA_ERROR, retryable). Running jobs go on.
+  void StartDraining() {
+    draining_.store(true);
+    evaluator_.StopStartingJobs();
+  }
 
  private:
   // What Handle does with a request: answered here (`res` is set: every
@@ -87,9 +105,21 @@ class ApiHandler {
   // The job pool's side of a submitted job: run it, give its place back,
   // store the result (in that order: a client that sees DONE may submit
   // again at once).
+  // `record` (null without a journal) is the job's accepted journal record.
   void RunSubmitted(const v1::EvaluateRequest& request, const ResolvedJob& job,
                     Evaluator::Clock::time_point received, const std::string& job_id,
-                    const std::string& tenant, JobAdmission::Lease& lease);
+                    const std::string& tenant, JobAdmission::Lease& lease,
+                    std::shared_ptr<const v1::JournalRecord> record);
+  // Posts a job to the job pool (fresh or restored).
+  void QueueSubmitted(std::shared_ptr<const v1::EvaluateRequest> request,
+                      std::shared_ptr<const ResolvedJob> job, Evaluator::Clock::time_point received,
+                      const std::string& job_id, const std::string& tenant,
+                      JobAdmission::Lease lease,
+                      std::shared_ptr<const v1::JournalRecord> record);
+  // Makes the accepted records durable; false (and counted) on failure.
+  bool JournalWrite(const std::vector<const v1::JournalRecord*>& records);
+  // The 503 + Retry-After of a submission kboxd cannot take now.
+  HttpResponse Unavailable(const std::string& message, Encoding encoding) const;
   // GET /v1/jobs/<id>'s answer now, or nullopt to keep waiting.
   std::optional<HttpResponse> JobAnswer(const std::string& job_id, const Caller& caller,
                                         JobStore::Clock::time_point deadline);
@@ -111,6 +141,7 @@ class ApiHandler {
   Metrics& metrics_;
   boost::asio::thread_pool& job_pool_;
   const ApiTokens* tokens_;
+  JobJournal* journal_;
   JobAdmission admission_;
   std::atomic<bool> draining_{false};
   JobStore jobs_;

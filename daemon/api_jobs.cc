@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <functional>
+#include <iostream>
 #include <memory>
 
 #include <boost/asio/post.hpp>
@@ -146,17 +147,45 @@ HttpResponse ApiHandler::Submit(const HttpRequest& req, const Caller& caller) {
     }
   }
 
+  // Durable before answered: a job the client is told about survives a
+  // crash of kboxd from here on (docs/reliability.md).
+  std::vector<std::shared_ptr<v1::JournalRecord>> records(pending.size());
+  if (journal_ != nullptr && fresh > 0) {
+    const int64_t now_ms = UnixMillis();
+    std::vector<const v1::JournalRecord*> batch;
+    for (size_t i = 0; i < pending.size(); ++i) {
+      const Pending& p = pending[i];
+      if (p.admission.existing) continue;
+      auto record = std::make_shared<v1::JournalRecord>();
+      record->set_job_id(p.admission.job_id);
+      record->set_owner(caller.token);
+      record->set_idempotency_key(p.key);
+      record->set_digest(p.digest);
+      *record->mutable_request() = *p.request;
+      // The seed kboxd drew (or the client's): a re-run draws nothing new.
+      record->mutable_request()->set_seed(p.job->settings.seed());
+      record->set_accepted_unix_ms(now_ms);
+      batch.push_back(record.get());
+      records[i] = std::move(record);
+    }
+    if (!JournalWrite(batch)) {
+      for (const auto* record : batch) journal_->Remove(record->job_id());
+      withdraw();
+      return Unavailable("kboxd cannot record jobs durably now (job journal write failed); retry",
+                         *encoding);
+    }
+    // On disk now; the job's result record needs only the rest.
+    for (auto& record : records) {
+      if (record) record->clear_request();
+    }
+  }
+
   v1::SubmitResponse response;
-  for (Pending& p : pending) {
+  for (size_t i = 0; i < pending.size(); ++i) {
+    Pending& p = pending[i];
     if (!p.admission.existing) {
-      // Runs on the job pool like /v1/evaluate; the store holds the result.
-      // The lease travels with the job: were the job never run (kboxd
-      // stopping), destroying the task gives the place back.
-      boost::asio::post(job_pool_, [this, request = p.request, job = p.job, received,
-                                    job_id = p.admission.job_id, tenant = caller.token,
-                                    lease = std::move(p.lease)]() mutable {
-        RunSubmitted(*request, *job, received, job_id, tenant, lease);
-      });
+      QueueSubmitted(p.request, p.job, received, p.admission.job_id, caller.token,
+                     std::move(p.lease), std::move(records[i]));
     }
     v1::JobStatus status;
     if (auto known = jobs_.Get(p.admission.job_id, caller.token, now)) status = std::move(*known);
@@ -168,13 +197,63 @@ HttpResponse ApiHandler::Submit(const HttpRequest& req, const Caller& caller) {
   return Reply(http::status::ok, response, *encoding);
 }
 
+void ApiHandler::QueueSubmitted(std::shared_ptr<const v1::EvaluateRequest> request,
+                                std::shared_ptr<const ResolvedJob> job,
+                                Evaluator::Clock::time_point received, const std::string& job_id,
+                                const std::string& tenant, JobAdmission::Lease lease,
+                                std::shared_ptr<const v1::JournalRecord> record) {
+  // Runs on the job pool like /v1/evaluate; the store holds the result.
+  // The lease travels with the job: were the job never run (kboxd
+  // stopping), destroying the task gives the place back.
+  boost::asio::post(job_pool_, [this, request = std::move(request), job = std::move(job), received,
+                                job_id, tenant, lease = std::move(lease),
+                                record = std::move(record)]() mutable {
+    RunSubmitted(*request, *job, received, job_id, tenant, lease, std::move(record));
+  });
+}
+
 void ApiHandler::RunSubmitted(const v1::EvaluateRequest& request, const ResolvedJob& job,
                               Evaluator::Clock::time_point received, const std::string& job_id,
-                              const std::string& tenant, JobAdmission::Lease& lease) {
-  jobs_.MarkRunning(job_id);
-  v1::EvaluateResult result =
-      evaluator_.Evaluate(request, job.settings, job.anticheat, received, job_id, tenant);
+                              const std::string& tenant, JobAdmission::Lease& lease,
+                              std::shared_ptr<const v1::JournalRecord> record) {
+  bool held_back = false;
+  v1::EvaluateResult result;
+  if (draining_.load()) {
+    // Not started before the drain: kept for after the restart (below).
+    held_back = true;
+    result.set_job_id(job_id);
+    result.set_client_request_id(request.client_request_id());
+    result.set_status(v1::INFRA_ERROR);
+    result.set_message("kboxd is draining (shutting down) and the job did not start; retry it");
+  } else {
+    jobs_.MarkRunning(job_id);
+    result = evaluator_.Evaluate(request, job.settings, job.anticheat, received, job_id, tenant,
+                                 &held_back);
+  }
   lease.Release();
+  if (held_back && record != nullptr) {
+    // Its accepted record stays in the journal: the restarted kboxd runs it.
+    jobs_.MarkQueued(job_id);
+    return;
+  }
+  if (record != nullptr) {
+    // The result is durable before any client can see it, so a client never
+    // sees a result that a restart would replace with another.
+    v1::JournalRecord done;
+    done.set_job_id(record->job_id());
+    done.set_owner(record->owner());
+    done.set_idempotency_key(record->idempotency_key());
+    done.set_digest(record->digest());
+    done.set_accepted_unix_ms(record->accepted_unix_ms());
+    done.set_done(true);
+    *done.mutable_result() = result;
+    done.set_done_unix_ms(UnixMillis());
+    if (!JournalWrite({&done})) {
+      std::cerr << "kboxd: ERROR: job " << job_id
+                << "'s result is in memory only (journal write failed); a restart runs it again"
+                << std::endl;
+    }
+  }
   jobs_.Complete(job_id, std::move(result), JobStore::Clock::now());
 }
 

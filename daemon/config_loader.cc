@@ -87,6 +87,7 @@ boost::system::result<v1::DaemonConfig, FieldError> ApplyConfigDefaults(v1::Daem
   if (c.live_recheck_speedup() == 0) c.set_live_recheck_speedup(1.0);
   if (c.result_ttl_s() == 0) c.set_result_ttl_s(3600);
   if (c.max_stored_jobs() == 0) c.set_max_stored_jobs(100000);
+  if (c.drain_deadline_s() == 0) c.set_drain_deadline_s(60);
 
   if (c.max_body_bytes() > 64 * kMiB) return FieldError{"max_body_bytes", "must be at most 64 MiB"};
   if (c.max_source_bytes() > c.max_body_bytes()) {
@@ -152,7 +153,7 @@ boost::system::result<v1::DaemonConfig, FieldError> ApplyConfigDefaults(v1::Daem
 boost::system::result<CommandLine, FieldError> ParseCommandLine(int argc,
                                                                 const char* const* argv) {
   std::string config_path, listen, python, work_dir, harness_dir;
-  std::string api_tokens_file, tls_cert_file, tls_key_file;
+  std::string api_tokens_file, tls_cert_file, tls_key_file, job_store_dir;
   unsigned cpu_slots = 0, compile_workers = 0, max_in_flight = 0;
   std::vector<unsigned> gpus;
   std::vector<std::string> backends;
@@ -163,6 +164,8 @@ boost::system::result<CommandLine, FieldError> ParseCommandLine(int argc,
       "python", po::value(&python), "Python interpreter of the workers")(
       "work-dir", po::value(&work_dir), "directory for per-job working directories")(
       "harness-dir", po::value(&harness_dir), "directory of the evaluation harness")(
+      "job-store-dir", po::value(&job_store_dir),
+      "durable job journal directory: accepted jobs and results survive a restart")(
       "keep-job-dirs", "keep job directories after the result is sent")(
       "danger-insecure-no-sandbox",
       "run candidates WITHOUT the sandbox (development on hosts without namespaces only)")(
@@ -223,6 +226,7 @@ boost::system::result<CommandLine, FieldError> ParseCommandLine(int argc,
   if (!python.empty()) c.set_python(python);
   if (!work_dir.empty()) c.set_work_dir(std::filesystem::absolute(work_dir).string());
   if (!harness_dir.empty()) c.set_harness_dir(std::filesystem::absolute(harness_dir).string());
+  if (!job_store_dir.empty()) c.set_job_store_dir(std::filesystem::absolute(job_store_dir).string());
   // Absolute, so that a SIGHUP reload reads the same files whatever the
   // working directory is by then.
   if (!api_tokens_file.empty()) {

@@ -271,7 +271,7 @@ v1::EvaluateResult Evaluator::Evaluate(const v1::EvaluateRequest& request,
                                        const v1::EffectiveSettings& settings,
                                        const static_check::AnticheatProfile& anticheat,
                                        Clock::time_point received, const std::string& job_id,
-                                       const std::string& tenant) {
+                                       const std::string& tenant, bool* held_back) {
   v1::EvaluateResult result;
   result.set_job_id(job_id.empty() ? NextJobId() : job_id);
   result.set_client_request_id(request.client_request_id());
@@ -280,13 +280,14 @@ v1::EvaluateResult Evaluator::Evaluate(const v1::EvaluateRequest& request,
   result.mutable_fingerprint()->set_device_name("cpu");
   const v1::EvaluateResult fresh = result;
   JobTrace trace;
+  bool not_started = false;
   for (uint32_t attempt = 0;; ++attempt) {
     // A retry gets its own workspace (and so its own cgroups): the failed
     // attempt's may be kept (keep_job_dirs) for a post-mortem.
     const std::string workspace =
         attempt == 0 ? result.job_id() : result.job_id() + "-retry" + std::to_string(attempt);
     try {
-      RunJob(request, settings, anticheat, tenant, workspace, result, trace);
+      RunJob(request, settings, anticheat, tenant, workspace, result, trace, not_started);
     } catch (const std::exception& e) {
       result.set_status(v1::INFRA_ERROR);
       result.set_message(std::string("kboxd internal error: ") + e.what());
@@ -294,7 +295,8 @@ v1::EvaluateResult Evaluator::Evaluate(const v1::EvaluateRequest& request,
     }
     // A GPU the failure put in quarantine would make the retry wait for it.
     const bool gpu_suspect = trace.cause.device_suspect && settings.backend() != v1::BACKEND_CPU;
-    if (result.status() != v1::INFRA_ERROR || !RetryableInfraCause(trace.cause.infra) ||
+    // A job held back by a drain is not retried: it runs after the restart.
+    if (not_started || result.status() != v1::INFRA_ERROR || !RetryableInfraCause(trace.cause.infra) ||
         gpu_suspect || attempt >= config_.infra_retries() || cancelled_.load()) {
       break;
     }
@@ -309,7 +311,9 @@ v1::EvaluateResult Evaluator::Evaluate(const v1::EvaluateRequest& request,
   result.mutable_durations()->set_total_ms(MsBetween(received, Clock::now()));
   SanitizeResultText(result, 2 * static_cast<size_t>(config_.max_log_bytes()));
   FinalizeRewardable(result);
-  metrics_.RecordJob(result, trace);
+  if (held_back) *held_back = not_started;
+  // A held-back job is not a result yet: it runs again after the restart.
+  if (!not_started) metrics_.RecordJob(result, trace);
   return result;
 }
 
@@ -346,7 +350,8 @@ bool Evaluator::HasServingRunSlot(bool cpu, bool gpu) const {
 
 void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSettings& settings,
                        const static_check::AnticheatProfile& anticheat, const std::string& tenant,
-                       const std::string& workspace, v1::EvaluateResult& result, JobTrace& trace) {
+                       const std::string& workspace, v1::EvaluateResult& result, JobTrace& trace,
+                       bool& held_back) {
   // Static checks first: a rejected candidate is never written to disk,
   // compiled or run. The verdicts of one that goes on ride along.
   const StaticPhase checked = RunStaticCheck(
@@ -380,6 +385,17 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
   auto* durations = result.mutable_durations();
   std::string output;
 
+  // Draining: a job that has not begun compiling or running yet stays
+  // unstarted (checked after each wait, since draining may begin during it).
+  bool began = false;
+  auto hold_back = [&] {
+    if (began || !stop_starting_.load()) return false;
+    result.set_status(v1::INFRA_ERROR);
+    result.set_message("kboxd is draining (shutting down) and the job did not start; retry it");
+    trace.cause.infra = InfraCause::kCancelled;
+    held_back = true;
+    return true;
+  };
   auto shutting_down = [&] {
     if (!cancelled_.load()) return false;
     result.set_status(v1::INFRA_ERROR);
@@ -403,7 +419,7 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
                                              .cuda_arch_list = compile_arch,
                                              .toolchain = toolchain_});
     flight.emplace(build_cache_->Acquire(cache_key));
-    if (shutting_down()) return;
+    if (hold_back() || shutting_down()) return;
     if (flight->role() == BuildCache::Flight::Role::kHit) {
       // On failure the build dir is empty again and the job compiles.
       const auto error = build_cache_->Restore(*flight->entry(), ws->build_dir(),
@@ -421,7 +437,8 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
   }
   if (!restored) {
     auto compile_slot = compile_slots_.Acquire(tenant);
-    if (shutting_down()) return;
+    if (hold_back() || shutting_down()) return;
+    began = true;
     StagePlacement placement;
     placement.cancel = &cancelled_;
     placement.cuda_arch = compile_arch;
@@ -449,7 +466,7 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
   durations->set_queue_wait_ms(MsBetween(queued, Clock::now()));
   trace.queued = true;
 
-  if (shutting_down()) return;
+  if (hold_back() || shutting_down()) return;
   StagePlacement placement;
   placement.cancel = &cancelled_;
   if (gpu_backend) {

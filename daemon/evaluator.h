@@ -40,15 +40,23 @@ class Evaluator {
   // Never throws for anything a candidate does; kbox's own failures come
   // back as INFRA_ERROR. `tenant` (the API token's name) is whose turn the
   // job waits for in the compile and run queues (SlotPool's fair share).
+  // `held_back` (may be null) is set when a drain kept the job from starting:
+  // its result is not final, the journal runs it after the restart.
   v1::EvaluateResult Evaluate(const v1::EvaluateRequest& request,
                               const v1::EffectiveSettings& settings,
                               const static_check::AnticheatProfile& anticheat,
                               Clock::time_point received, const std::string& job_id = "",
-                              const std::string& tenant = "");
+                              const std::string& tenant = "", bool* held_back = nullptr);
 
   // A fresh job id (unique per daemon, never reused after a restart); the
   // asynchronous API assigns it at submission and passes it to Evaluate.
   std::string NextJobId();
+
+  // kboxd is draining: a job that has not yet taken a compile worker or a
+  // run slot does not take one; it ends at once as INFRA_ERROR ("did not
+  // start; retry") with *held_back set, so the caller can keep it for after
+  // the restart. Jobs already compiling or running go on.
+  void StopStartingJobs() { stop_starting_.store(true); }
 
   // Ends every running and queued job as INFRA_ERROR (kboxd's shutdown
   // deadline passed); their processes are killed within kCancelPollInterval.
@@ -91,7 +99,8 @@ class Evaluator {
                              const v1::StageReport* report);
   void RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSettings& settings,
               const static_check::AnticheatProfile& anticheat, const std::string& tenant,
-              const std::string& workspace, v1::EvaluateResult& result, JobTrace& trace);
+              const std::string& workspace, v1::EvaluateResult& result, JobTrace& trace,
+              bool& held_back);
 
   const v1::DaemonConfig& config_;
   HostInfo host_;
@@ -110,6 +119,7 @@ class Evaluator {
   std::string reference_harness_;  // kbox's version and the harness digest: part of its keys.
   std::atomic<uint64_t> job_counter_{0};
   std::atomic<bool> cancelled_{false};
+  std::atomic<bool> stop_starting_{false};
   std::string job_id_prefix_;
 };
 

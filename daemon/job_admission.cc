@@ -44,6 +44,17 @@ JobAdmission::TryAcquire(const std::string& token, uint32_t token_limit, uint32_
   return leases;
 }
 
+JobAdmission::Lease JobAdmission::Adopt(const std::string& token) {
+  uint32_t total = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++by_token_[token];
+    total = ++total_;
+  }
+  if (on_change_) on_change_(total);
+  return Lease(this, token);
+}
+
 void JobAdmission::Give(const std::string& token) {
   uint32_t total = 0;
   {

@@ -70,6 +70,11 @@ class JobAdmission {
                                                                 uint32_t token_limit,
                                                                 uint32_t n = 1);
 
+  // A place for a job accepted before a restart (the journal's): taken
+  // whatever the limits, since the job was admitted once already; new
+  // submissions wait until the count is under the limits again.
+  Lease Adopt(const std::string& token);
+
   uint32_t in_flight() const;
   uint32_t in_flight(const std::string& token) const;
   uint32_t max_in_flight() const { return max_in_flight_; }

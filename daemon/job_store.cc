@@ -45,6 +45,33 @@ void JobStore::Withdraw(const std::string& job_id) {
   jobs_.erase(it);
 }
 
+void JobStore::Restore(const std::string& owner, const std::string& key, const std::string& digest,
+                       const std::string& job_id, const v1::EvaluateResult* result,
+                       Clock::time_point done_at) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Entry entry;
+  entry.owner = owner;
+  entry.key = key;
+  entry.digest = digest;
+  entry.status.set_job_id(job_id);
+  entry.status.set_idempotency_key(key);
+  entry.status.set_state(result ? v1::JobStatus::DONE : v1::JobStatus::QUEUED);
+  if (result) {
+    *entry.status.mutable_result() = *result;
+    entry.done_at = done_at;
+    expiry_.emplace(done_at, job_id);
+  }
+  jobs_.insert_or_assign(job_id, std::move(entry));
+  if (!key.empty()) by_key_.insert_or_assign(std::make_pair(owner, key), job_id);
+}
+
+void JobStore::MarkQueued(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = jobs_.find(job_id); it != jobs_.end()) {
+    it->second.status.set_state(v1::JobStatus::QUEUED);
+  }
+}
+
 void JobStore::MarkRunning(const std::string& job_id) {
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = jobs_.find(job_id); it != jobs_.end()) {
@@ -85,6 +112,7 @@ void JobStore::ExpireLocked(Clock::time_point now) {
     if (auto it = jobs_.find(expiry_.begin()->second); it != jobs_.end()) {
       if (!it->second.key.empty()) by_key_.erase({it->second.owner, it->second.key});
       jobs_.erase(it);
+      if (options_.on_expired) options_.on_expired(expiry_.begin()->second);
     }
     expiry_.erase(expiry_.begin());
   }

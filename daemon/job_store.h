@@ -36,6 +36,9 @@ class JobStore {
   struct Options {
     std::chrono::seconds result_ttl{3600};
     size_t max_jobs = 100000;
+    // Called (under the store's lock: keep it short) with each job whose
+    // result expires, so the durable journal forgets it too.
+    std::function<void(const std::string& job_id)> on_expired;
   };
 
   struct Admission {
@@ -45,7 +48,7 @@ class JobStore {
     bool full = false;      // No room: refused.
   };
 
-  explicit JobStore(Options options) : options_(options) {}
+  explicit JobStore(Options options) : options_(std::move(options)) {}
 
   // Registers a job (state QUEUED) of `owner` under a fresh id from
   // `new_id`, unless `key` is non-empty and names a live job of `owner`:
@@ -57,7 +60,16 @@ class JobStore {
   // Forgets a job admitted but never started (its batch was refused).
   void Withdraw(const std::string& job_id);
 
+  // Puts back a job the journal held at start-up under its old id: QUEUED
+  // (to be run again) when `result` is null, else DONE since `done_at`.
+  // Counts against max_jobs like any other.
+  void Restore(const std::string& owner, const std::string& key, const std::string& digest,
+               const std::string& job_id, const v1::EvaluateResult* result,
+               Clock::time_point done_at);
+
   void MarkRunning(const std::string& job_id);
+  // A running job that was held back (kboxd draining) waits again.
+  void MarkQueued(const std::string& job_id);
   void Complete(const std::string& job_id, v1::EvaluateResult result, Clock::time_point now);
 
   // The job's state (with its result once DONE); nullopt when unknown,

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <unistd.h>
 
 #include <boost/asio/co_spawn.hpp>
@@ -23,6 +24,7 @@
 #include "daemon/evaluator.h"
 #include "daemon/host_probe.h"
 #include "daemon/http_server.h"
+#include "daemon/job_journal.h"
 #include "daemon/metrics.h"
 #include "daemon/sandbox_setup.h"
 #include "daemon/tls_context.h"
@@ -32,9 +34,6 @@ namespace {
 
 namespace fs = std::filesystem;
 namespace asio = boost::asio;
-
-// How long SIGTERM waits for running jobs before exiting anyway.
-constexpr auto kDrainDeadline = std::chrono::seconds(60);
 
 int Fail(const std::string& message) {
   std::cerr << "kboxd: " << message << std::endl;
@@ -190,6 +189,15 @@ int main(int argc, char** argv) {
   fs::create_directories(config.work_dir(), ec);
   if (ec) return Fail("cannot create work_dir " + config.work_dir() + ": " + ec.message());
 
+  // A kboxd killed mid-job (SIGKILL, an OOM kill) leaves its jobs'
+  // directories behind, each with its scratch tmpfs still mounted: a restart
+  // on the same work_dir unmounts and removes them (their jobs, if they came
+  // from POST /v1/jobs, are in the journal and run again under the same ids).
+  for (const auto& left : fs::directory_iterator(fs::path(config.work_dir()) / "jobs", ec)) {
+    ::umount2(left.path().c_str(), MNT_DETACH);
+    fs::remove_all(left.path(), ec);
+  }
+
   kbox::HarnessSettings harness{.python = config.python(), .harness_dir = config.harness_dir()};
   std::cerr << "kboxd: probing worker interpreter " << config.python() << std::endl;
   auto host = kbox::ProbeHost(harness);
@@ -251,8 +259,27 @@ int main(int argc, char** argv) {
   // on them, so a static check never waits behind running evaluations.
   constexpr uint32_t kCheckThreads = 2;
   asio::thread_pool job_pool(config.max_in_flight_jobs() + kCheckThreads);
+  std::unique_ptr<kbox::JobJournal> journal;
+  if (!config.job_store_dir().empty()) {
+    auto opened = kbox::JobJournal::Open(config.job_store_dir());
+    if (!opened) return Fail("config job_store_dir: " + opened.error());
+    journal = std::move(*opened);
+  } else {
+    std::cerr << "kboxd: job journal off (no job_store_dir): a restart loses queued jobs and results"
+              << std::endl;
+  }
   kbox::ApiHandler handler(config, kbox::RequestPolicy(limits, std::move(*profiles)), evaluator,
-                           metrics, job_pool, tokens.get());
+                           metrics, job_pool, tokens.get(), journal.get());
+  if (journal) {
+    // Before the listener opens: a retried key must find its first job.
+    const auto start = std::chrono::steady_clock::now();
+    const std::string restored = handler.RestoreJobs(journal->Load());
+    std::cerr << "kboxd: job journal " << config.job_store_dir() << ": " << restored << " in "
+              << std::chrono::duration_cast<std::chrono::milliseconds>(
+                     std::chrono::steady_clock::now() - start)
+                     .count()
+              << " ms" << std::endl;
+  }
 
   kbox::HttpServer server(io, handler,
                           kbox::ServerLimits{.max_body_bytes = config.max_body_bytes(),
@@ -264,26 +291,42 @@ int main(int argc, char** argv) {
   auto endpoint = server.Start(config.listen());
   if (!endpoint) return Fail(endpoint.error());
 
+  // SIGTERM drains: /readyz turns 503 at once and submissions get 503 +
+  // Retry-After, while the listener stays open so clients can still fetch
+  // results; running jobs get drain_deadline_s, then are cancelled
+  // (INFRA_ERROR); jobs not yet started stay in the journal for the restart.
   asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](const boost::system::error_code& error, int) {
     if (error) return;
-    std::cerr << "kboxd: stopping; waiting for " << handler.jobs_in_flight() << " jobs" << std::endl;
+    std::cerr << "kboxd: draining; waiting up to " << config.drain_deadline_s() << " s for "
+              << handler.jobs_in_flight() << " jobs in flight" << std::endl;
     handler.StartDraining();
-    server.Stop();
     asio::co_spawn(
         io,
         [&]() -> asio::awaitable<void> {
           asio::steady_timer timer(io);
-          const auto deadline = std::chrono::steady_clock::now() + kDrainDeadline;
+          const auto deadline =
+              std::chrono::steady_clock::now() + std::chrono::seconds(config.drain_deadline_s());
+          bool cancelled = false;
           while (handler.jobs_in_flight() > 0) {
-            if (std::chrono::steady_clock::now() >= deadline) {
+            if (!cancelled && std::chrono::steady_clock::now() >= deadline) {
               // Running jobs end as INFRA_ERROR (retryable) and their
               // processes die; their clients still get an answer.
+              std::cerr << "kboxd: drain deadline passed; cancelling " << handler.jobs_in_flight()
+                        << " jobs" << std::endl;
               evaluator.CancelAll();
+              cancelled = true;
             }
-            timer.expires_after(std::chrono::milliseconds(100));
+            timer.expires_after(std::chrono::milliseconds(50));
             co_await timer.async_wait(asio::use_awaitable);
           }
+          // Long polls notice a finished job within their 100 ms poll: give
+          // those in progress the results the drain produced (without a
+          // journal, the only place a held-back job's INFRA_ERROR is read).
+          timer.expires_after(std::chrono::seconds(1));
+          co_await timer.async_wait(asio::use_awaitable);
+          std::cerr << "kboxd: drained; exiting" << std::endl;
+          server.Stop();
           io.stop();
         },
         asio::detached);

@@ -196,7 +196,34 @@ Metrics::Metrics(const MetricLabelSets& sets)
                                    .Name("kbox_reference_cache_entries")
                                    .Help("Entries in the reference timing cache.")
                                    .Register(*registry_)
-                                   .Add({})) {
+                                   .Add({})),
+      journal_write_seconds_(prometheus::BuildHistogram()
+                                 .Name("kbox_job_journal_write_duration_seconds")
+                                 .Help("Time to make one submission's (or one result's) journal "
+                                       "records durable: write, fsync, rename, directory fsync.")
+                                 .Register(*registry_)
+                                 .Add({}, prometheus::Histogram::BucketBoundaries{
+                                              0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+                                              0.01, 0.025, 0.05, 0.1, 0.25, 1})),
+      journal_write_failures_(prometheus::BuildCounter()
+                                  .Name("kbox_job_journal_write_failures_total")
+                                  .Help("Journal writes that failed (a submission refused with 503, "
+                                        "or a result kept in memory only).")
+                                  .Register(*registry_)
+                                  .Add({})),
+      journal_corrupt_(prometheus::BuildCounter()
+                           .Name("kbox_job_journal_corrupt_records_total")
+                           .Help("Journal records found torn or with a bad checksum at start-up "
+                                 "(skipped and deleted).")
+                           .Register(*registry_)
+                           .Add({})),
+      journal_restored_(prometheus::BuildCounter()
+                            .Name("kbox_job_journal_restored_jobs_total")
+                            .Help("Jobs reloaded from the journal at start-up, by what became of "
+                                  "them: done (result served again), requeued (run again).")
+                            .Register(*registry_)),
+      journal_restored_done_(journal_restored_.Add({{"state", "done"}})),
+      journal_restored_requeued_(journal_restored_.Add({{"state", "requeued"}})) {
   // Every series of the closed sets, at 0, so that rate() sees a job's
   // first increment and a dashboard finds every name from the first scrape.
   for (v1::Backend b : sets.backends) {

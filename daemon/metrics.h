@@ -109,6 +109,17 @@ class Metrics {
     reference_cache_entries_.Set(static_cast<double>(entries));
   }
 
+  // The durable job journal (daemon/job_journal.h).
+  void ObserveJournalWrite(double seconds) { journal_write_seconds_.Observe(seconds); }
+  void RecordJournalWriteFailure() { journal_write_failures_.Increment(); }
+  void RecordJournalCorruptRecords(uint64_t n) { journal_corrupt_.Increment(static_cast<double>(n)); }
+  // Jobs found in the journal at start-up: served again ("done") or run
+  // again ("requeued").
+  void RecordJournalRestored(uint64_t done, uint64_t requeued) {
+    journal_restored_done_.Increment(static_cast<double>(done));
+    journal_restored_requeued_.Increment(static_cast<double>(requeued));
+  }
+
   // The text exposition format for GET /metrics.
   std::string Serialize() const;
 
@@ -142,6 +153,12 @@ class Metrics {
   prometheus::Counter& reference_cache_hits_;
   prometheus::Counter& reference_cache_misses_;
   prometheus::Gauge& reference_cache_entries_;
+  prometheus::Histogram& journal_write_seconds_;
+  prometheus::Counter& journal_write_failures_;
+  prometheus::Counter& journal_corrupt_;
+  prometheus::Family<prometheus::Counter>& journal_restored_;
+  prometheus::Counter& journal_restored_done_;
+  prometheus::Counter& journal_restored_requeued_;
 };
 
 }  // namespace kbox

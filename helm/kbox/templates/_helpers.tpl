@@ -61,6 +61,7 @@ app.kubernetes.io/component: kboxd
 {{- define "kbox.paths.tokensFile" -}}/etc/kbox/tokens/tokens{{- end }}
 {{- define "kbox.paths.workDir" -}}/var/lib/kbox/work{{- end }}
 {{- define "kbox.paths.buildCacheDir" -}}/var/lib/kbox/build-cache{{- end }}
+{{- define "kbox.paths.jobStoreDir" -}}/var/lib/kbox/job-store{{- end }}
 
 {{/* The Secret holding the tokens file (key `tokens`), "" when auth is off. */}}
 {{- define "kbox.tokensSecretName" -}}
@@ -102,6 +103,9 @@ app.kubernetes.io/component: kboxd
 {{- include "kbox.textprotoField" (list "listen" (printf "0.0.0.0:%d" (int64 .Values.containerPort))) }}
 {{- include "kbox.textprotoField" (list "work_dir" (include "kbox.paths.workDir" .)) }}
 {{- include "kbox.textprotoField" (list "build_cache_dir" (include "kbox.paths.buildCacheDir" .)) }}
+{{- if .Values.jobStore.enabled }}
+{{- include "kbox.textprotoField" (list "job_store_dir" (include "kbox.paths.jobStoreDir" .)) }}
+{{- end }}
 {{- if .Values.auth.enabled }}
 {{- include "kbox.textprotoField" (list "api_tokens_file" (include "kbox.paths.tokensFile" .)) }}
 {{- if .Values.auth.requiredForMetrics }}

@@ -223,3 +223,27 @@ def test_async_transport_reads_each_framing():
         (503, b"until eof")
     with pytest.raises(ValueError):
         _parse_reply(b"SSH-2.0-OpenSSH\r\n\r\n")
+
+
+def test_a_draining_daemons_503_with_retry_after_is_retried_after_the_wait():
+    """kboxd draining for a restart answers submissions 503 + Retry-After
+    (docs/api.md): the client waits at least that long and tries again."""
+    from kbox_client.operations import Context, exchange
+    from kbox_client.wire import Call, Response, Sleep
+
+    events = []
+    ctx = Context(EndpointPool("http://127.0.0.1:1"), RetryPolicy(), on_retry=events.append,
+                  rng=random.Random(3))
+    op = exchange(ctx, "POST", "/v1/jobs", b"{}")
+    call = next(op)
+    assert isinstance(call, Call) and call.path == "/v1/jobs"
+    draining = Response(call.endpoint, 503, {"retry-after": "5"},
+                        b'{"code":503,"error":{"code":"UNAVAILABLE","message":"kboxd is draining"}}')
+    step = op.send(draining)
+    assert isinstance(step, Sleep) and 5.0 <= step.seconds <= 5.5, step
+    assert len(events) == 1 and events[0].status == 503 and events[0].retry_after == 5.0
+    again = op.send(None)
+    assert isinstance(again, Call) and again.path == "/v1/jobs"
+    with pytest.raises(StopIteration) as done:
+        op.send(Response(again.endpoint, 200, {}, b'{"jobs":[]}'))
+    assert done.value.value.status == 200

@@ -98,6 +98,8 @@ TEST(ConfigLoaderTest, AppliesDefaults) {
   EXPECT_EQ(config->build_cache_max_bytes(), 20ull << 30);
   EXPECT_EQ(config->result_ttl_s(), 3600u);
   EXPECT_EQ(config->max_stored_jobs(), 100000u);
+  EXPECT_EQ(config->drain_deadline_s(), 60u);
+  EXPECT_TRUE(config->job_store_dir().empty());  // The journal is off unless asked for.
 }
 
 TEST(ConfigLoaderTest, BuildCacheSettings) {
@@ -283,10 +285,11 @@ TEST(ConfigLoaderTest, FlagsOverrideConfigFile) {
 }
 
 TEST(ConfigLoaderTest, RelativeDirectoryFlagsBecomeAbsolute) {
-  const auto cl = Parse({"--work-dir", "jobs", "--harness-dir", "h"});
+  const auto cl = Parse({"--work-dir", "jobs", "--harness-dir", "h", "--job-store-dir", "journal"});
   ASSERT_TRUE(cl);
   EXPECT_EQ(cl->config.work_dir(), (fs::current_path() / "jobs").string());
   EXPECT_EQ(cl->config.harness_dir(), (fs::current_path() / "h").string());
+  EXPECT_EQ(cl->config.job_store_dir(), (fs::current_path() / "journal").string());
 }
 
 TEST(ConfigLoaderTest, AccessFlagsBecomeAbsolutePaths) {

@@ -36,6 +36,19 @@ TEST(JobAdmissionTest, DaemonLimitRefusesEveryToken) {
   EXPECT_EQ(b.error(), Refusal::kDaemonFull);
 }
 
+TEST(JobAdmissionTest, AdoptedJobsFromTheJournalTakePlacesPastTheLimits) {
+  JobAdmission admission(1);
+  std::vector<JobAdmission::Lease> adopted;
+  for (int i = 0; i < 3; ++i) adopted.push_back(admission.Adopt("alice"));
+  EXPECT_EQ(admission.in_flight(), 3u);
+  EXPECT_EQ(admission.in_flight("alice"), 3u);
+  // New submissions wait until the restored jobs bring the count back under.
+  EXPECT_FALSE(admission.TryAcquire("bob", 0).has_value());
+  adopted.clear();
+  EXPECT_EQ(admission.in_flight(), 0u);
+  EXPECT_TRUE(admission.TryAcquire("bob", 0).has_value());
+}
+
 TEST(JobAdmissionTest, TokenLimitIsReportedBeforeDaemonLimit) {
   JobAdmission admission(1);
   auto a = admission.TryAcquire("alice", 1);

@@ -21,7 +21,7 @@ class JobStoreTest : public ::testing::Test {
 
   JobStore::Clock::time_point now_ = JobStore::Clock::now();
   int ids_ = 0;
-  JobStore store_{JobStore::Options{.result_ttl = seconds(60), .max_jobs = 3}};
+  JobStore store_{JobStore::Options{.result_ttl = seconds(60), .max_jobs = 3, .on_expired = {}}};
 };
 
 TEST_F(JobStoreTest, NewJobIsQueuedUnderAFreshId) {

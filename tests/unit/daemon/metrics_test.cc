@@ -94,6 +94,10 @@ TEST(MetricsTest, DeclaresEveryMetricWithItsType) {
       {"kbox_reference_cache_hits_total", "counter"},
       {"kbox_reference_cache_misses_total", "counter"},
       {"kbox_reference_cache_entries", "gauge"},
+      {"kbox_job_journal_write_duration_seconds", "histogram"},
+      {"kbox_job_journal_write_failures_total", "counter"},
+      {"kbox_job_journal_corrupt_records_total", "counter"},
+      {"kbox_job_journal_restored_jobs_total", "counter"},
   };
   EXPECT_EQ(e.types, expected);
   for (const auto& [name, type] : e.types) {
@@ -136,6 +140,7 @@ TEST(MetricsTest, LabelValuesComeFromClosedSets) {
       {"kbox_run_slots", {{"device", devices}, {"state", {"busy", "idle", "quarantined"}}}},
       {"kbox_compile_slots", {{"state", {"busy", "idle"}}}},
       {"kbox_device_healthy", {{"device", devices}}},
+      {"kbox_job_journal_restored_jobs_total", {{"state", {"done", "requeued"}}}},
   };
   for (const auto& [family, sets] : expected) EXPECT_EQ(e.labels.at(family), sets) << family;
   // The unlabelled ones carry no label at all.
