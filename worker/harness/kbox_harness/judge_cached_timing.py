@@ -140,11 +140,12 @@ class CachedReferenceTiming(object):
             outran += 1 if reply.get("outran") is True else 0
             if checks < judge_timing._MAX_SPOT_CHECKS and (j < 2 or self.rng.random() < judge_timing._SPOT_CHECK_SHARE):
                 checks += 1
-                x = inputs.perturbed(pool[k], d)
-                ref_in = inputs.shifted(x, 1)
+                # As _measure's rounds: the reference on the same perturbed
+                # values (at other addresses), compared with the timed output.
+                ref_in = inputs.perturbed_shifted(pool[k], d, 1)
                 ref_out = self.call(self.forward, ref_model, ref_in)
-                self._spot_check(j, ref_out, x, ref_in)
-                del ref_out, ref_in, x
+                self._spot_check(j, k, ref_out, ref_in)
+                del ref_out, ref_in
             if self.device.type == "cuda" and j % 2 == 1:
                 checks += self._uncovered_call(ref_model, pool, k, uncovered,
                                                checks < judge_timing._MAX_SPOT_CHECKS, j)
