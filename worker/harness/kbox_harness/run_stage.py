@@ -233,6 +233,14 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
             self._client_failed(f)
         except judging.StageEnd:
             pass
+        except Exception as e:
+            # kbox's own code failed (HARNESS_FAILED, INFRA_ERROR) unless it
+            # ran out of GPU memory that the candidate's process holds.
+            hog = _candidate_holds_device_memory(e)
+            if hog is None:
+                raise
+            self.pipe.enter(HARNESS)
+            self._device_memory_held(hog)
         finally:
             self.pipe.enter(HARNESS)
             self.child.close()
@@ -249,13 +257,9 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
     def _client_failed(self, f):
         hog = _candidate_holds_device_memory(f.exc) if f.party == REFERENCE else None
         if hog:
-            # The GPU is this job's alone: memory that neither the judge nor
-            # the reference holds is the candidate's process's. A reference
-            # that fits an empty GPU but not beside the candidate is the
-            # candidate's doing, not the request's (REFERENCE_ERROR).
-            self.report.update(outcome="CANDIDATE_FAILED", message=errors.one_line(hog), error={
-                "type": "DeviceMemoryHeld", "message": hog, "traceback": "",
-                "candidate_line": 0, "phase": "PHASE_RUN"})
+            # A reference that fits an empty GPU but not beside the candidate
+            # is the candidate's doing, not the request's (REFERENCE_ERROR).
+            self._device_memory_held(hog)
             return
         if f.party == REFERENCE:
             self.report.update(
@@ -278,6 +282,13 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         self.report.update(outcome=outcome, message=errors.one_line(message), error=error)
         if f.killed and outcome == "CANDIDATE_FAILED":
             self.report["candidate_killed"] = True
+
+    def _device_memory_held(self, why):
+        # The GPU is this job's alone: memory that neither the judge nor the
+        # reference holds is the candidate's process's.
+        self.report.update(outcome="CANDIDATE_FAILED", message=errors.one_line(why), error={
+            "type": "DeviceMemoryHeld", "message": why, "traceback": "",
+            "candidate_line": 0, "phase": "PHASE_RUN"})
 
     def _denied(self, then):
         """When the candidate failed after the audit hook refused it something,
@@ -544,8 +555,9 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
             return judging.failed("outputs could not be compared: " + errors.exception_line(e))
 
 def _candidate_holds_device_memory(exc):
-    """When the reference ran out of GPU memory while other processes (the
-    candidate's) held more than half of the device: why, in one line; else None."""
+    """When the judge (the reference or kbox's own code) ran out of GPU memory
+    while other processes (the candidate's) held more than half of the device:
+    why, in one line; else None."""
     text = "%s: %s" % (type(exc).__name__, exc)
     if "out of memory" not in text.lower():
         return None
@@ -559,7 +571,7 @@ def _candidate_holds_device_memory(exc):
     if others * 2 <= total:
         return None
     gib = float(1 << 30)
-    return ("the reference ran out of GPU memory while the candidate's process held "
+    return ("the judge ran out of GPU memory while the candidate's process held "
             "%.1f of the GPU's %.1f GiB: a candidate that takes the device's memory cannot be "
             "judged" % (others / gib, total / gib))
 
