@@ -519,6 +519,7 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         """Trial 0's input again: the same answer (determinism), and the ATen
         ops and kernels forward dispatches (library compute the text did not
         show, a decoy kernel that never launches)."""
+        t0 = timing.now_ms()
         out_file = self.new_file("again")
         reply = self.ask({"op": "forward", "inputs": in_file, "out": out_file})
         data = None if reply.get("contract") else self.read_candidate(out_file)
@@ -528,8 +529,13 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
                 self.findings.add("run.nondeterministic",
                                   "trial 0's input gave different outputs on a second call (max abs diff %s)"
                                   % judging.fmt(same["max_abs_diff"]))
+        self._timed("dynamic_second_call", t0)
         kernels = list(self.spec.candidate_kernels)
+        t0 = timing.now_ms()
         probe = self.ask({"op": "probe", "inputs": in_file, "kernels": bool(kernels)})
+        # Apart from the second call: on a GPU the probe's profiler (CUPTI)
+        # starts here, once per job (docs/benchmarks.md).
+        self._timed("dynamic_probe", t0)
         library = [str(op) for op in probe.get("ops") or []]
         if library:
             self.findings.add("run.library-compute",
