@@ -5,17 +5,19 @@ Paths:
   KBOX_SHARED_DIR  the shared test material (default <repo>/../shared); the
                    corpus is read from its corpus/ folder and never copied.
 """
+import contextlib
 import glob
 import queue
 import shutil
+import signal
 import socket
+import subprocess
+import tempfile
 import threading
 import time
 import http.client
 import json
 import os
-import socket
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -302,3 +304,49 @@ def read_ready_line(proc, timeout):
         seen.append(text)
         if " listening on http://" in text or " listening on https://" in text:
             return text, seen
+
+
+@contextlib.contextmanager
+def own_kboxd(prefix, config_text, extra_args=(), start_timeout=120):
+    """A kboxd of the test's own: its config written to a fresh directory,
+    started on port 0, its stderr kept in <root>/kboxd.stderr. Yields
+    (proc, port, root); on exit SIGTERM, and kboxd must exit 0. A kboxd that
+    does not start fails the test with its stderr."""
+    import pytest
+    kboxd = os.path.join(bin_dir(), "kboxd")
+    if not os.access(kboxd, os.X_OK):
+        pytest.fail("kboxd not found at %s" % kboxd, pytrace=False)
+    root = tempfile.mkdtemp(prefix=prefix)
+    config = os.path.join(root, "kbox.textproto")
+    with open(config, "w") as f:
+        f.write(config_text)
+    stderr_path = os.path.join(root, "kboxd.stderr")
+
+    def stderr():
+        with open(stderr_path, errors="replace") as f:
+            return f.read()
+
+    with open(stderr_path, "wb") as err:
+        proc = subprocess.Popen(
+            [kboxd, "--listen", "127.0.0.1:0", "--work-dir", os.path.join(root, "work"),
+             "--config", config] + list(extra_args),
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err)
+    line, _ = read_ready_line(proc, start_timeout)
+    if not line:
+        proc.kill()
+        proc.wait()
+        text = stderr()
+        shutil.rmtree(root, ignore_errors=True)
+        pytest.fail("kboxd did not start:\n" + text, pytrace=False)
+    try:
+        yield proc, int(line.strip().rsplit(":", 1)[1]), root
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            rc = proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            rc = proc.wait()
+        text = stderr()
+        shutil.rmtree(root, ignore_errors=True)
+    assert rc == 0, "kboxd exited with %s\n%s" % (rc, text[-4000:])

@@ -8,14 +8,7 @@ Two C++ builds in all (~20 s each on the CPU). Run alone with
 """
 import concurrent.futures
 import os
-import queue
 import re
-import shutil
-import signal
-import subprocess
-import tempfile
-import threading
-import time
 
 import pytest
 
@@ -68,53 +61,10 @@ class CachedDaemon(object):
         return sorted(n for n in os.listdir(self.cache_dir) if re.fullmatch(r"[0-9a-f]{64}", n))
 
 
-def _wait_ready(proc, timeout):
-    lines = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(l) for l in iter(proc.stdout.readline, b"")],
-                     daemon=True).start()
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            line = lines.get(timeout=max(0.1, deadline - time.monotonic())).decode()
-        except queue.Empty:
-            break
-        if " listening on http://" in line:
-            return int(line.strip().rsplit(":", 1)[1])
-    return None
-
-
 @pytest.fixture(scope="module")
 def cached_daemon():
-    kboxd = os.path.join(it.bin_dir(), "kboxd")
-    if not os.access(kboxd, os.X_OK):
-        pytest.fail("kboxd not found at %s" % kboxd, pytrace=False)
-    root = tempfile.mkdtemp(prefix="kbox-it-cache-")
-    config = os.path.join(root, "kbox.textproto")
-    with open(config, "w") as f:
-        f.write(CONFIG)
-    with open(os.path.join(root, "kboxd.stderr"), "wb") as err:
-        proc = subprocess.Popen(
-            [kboxd, "--listen", "127.0.0.1:0", "--work-dir", os.path.join(root, "work"),
-             "--config", config, "--compile-workers", "2"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err)
-    port = _wait_ready(proc, START_TIMEOUT_S)
-    d = CachedDaemon(proc, port, root)
-    if port is None:
-        proc.kill()
-        proc.wait()
-        text = d.stderr()
-        shutil.rmtree(root, ignore_errors=True)
-        pytest.fail("kboxd did not start:\n" + text, pytrace=False)
-    yield d
-    proc.send_signal(signal.SIGTERM)
-    try:
-        rc = proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        rc = proc.wait()
-    text = d.stderr()
-    shutil.rmtree(root, ignore_errors=True)
-    assert rc == 0, "kboxd exited with %s\n%s" % (rc, text[-4000:])
+    with it.own_kboxd('kbox-it-cache-', CONFIG, ["--compile-workers", "2"], START_TIMEOUT_S) as (proc, port, root):
+        yield CachedDaemon(proc, port, root)
 
 
 def payload(candidate_suffix=""):

@@ -8,10 +8,6 @@ Run alone with
 """
 import os
 import re
-import shutil
-import signal
-import subprocess
-import tempfile
 import uuid
 
 import pytest
@@ -103,37 +99,8 @@ class OwnDaemon(object):
 
 @pytest.fixture(scope="module")
 def daemon_with_cache():
-    kboxd = os.path.join(it.bin_dir(), "kboxd")
-    if not os.access(kboxd, os.X_OK):
-        pytest.fail("kboxd not found at %s" % kboxd, pytrace=False)
-    root = tempfile.mkdtemp(prefix="kbox-it-refcache-")
-    config = os.path.join(root, "kbox.textproto")
-    with open(config, "w") as f:
-        f.write(CONFIG)
-    with open(os.path.join(root, "kboxd.stderr"), "wb") as err:
-        proc = subprocess.Popen(
-            [kboxd, "--listen", "127.0.0.1:0", "--work-dir", os.path.join(root, "work"),
-             "--config", config],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err)
-    line, _ = it.read_ready_line(proc, START_TIMEOUT_S)
-    port = int(line.strip().rsplit(":", 1)[1]) if line else None
-    d = OwnDaemon(proc, port, root)
-    if port is None:
-        proc.kill()
-        proc.wait()
-        text = d.stderr()
-        shutil.rmtree(root, ignore_errors=True)
-        pytest.fail("kboxd did not start:\n" + text, pytrace=False)
-    yield d
-    proc.send_signal(signal.SIGTERM)
-    try:
-        rc = proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        rc = proc.wait()
-    text = d.stderr()
-    shutil.rmtree(root, ignore_errors=True)
-    assert rc == 0, "kboxd exited with %s\n%s" % (rc, text[-4000:])
+    with it.own_kboxd('kbox-it-refcache-', CONFIG, (), START_TIMEOUT_S) as (proc, port, root):
+        yield OwnDaemon(proc, port, root)
 
 
 def _relative_ci(timing):
