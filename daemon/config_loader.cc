@@ -85,6 +85,7 @@ boost::system::result<v1::DaemonConfig, FieldError> ApplyConfigDefaults(v1::Daem
   if (c.reference_cache_max_entries() == 0) c.set_reference_cache_max_entries(10000);
   if (c.reference_cache_ttl_s() == 0) c.set_reference_cache_ttl_s(86400);
   if (c.live_recheck_speedup() == 0) c.set_live_recheck_speedup(1.0);
+  if (c.reference_cache_max_relative_ci() == 0) c.set_reference_cache_max_relative_ci(0.01);
   if (c.result_ttl_s() == 0) c.set_result_ttl_s(3600);
   if (c.max_stored_jobs() == 0) c.set_max_stored_jobs(100000);
   if (c.drain_deadline_s() == 0) c.set_drain_deadline_s(60);
@@ -131,6 +132,9 @@ boost::system::result<v1::DaemonConfig, FieldError> ApplyConfigDefaults(v1::Daem
   }
   if (!(c.live_recheck_speedup() > 0) || c.live_recheck_speedup() > 1000) {
     return FieldError{"live_recheck_speedup", "must be above 0 and at most 1000"};
+  }
+  if (!(c.reference_cache_max_relative_ci() > 0) || c.reference_cache_max_relative_ci() > 0.05) {
+    return FieldError{"reference_cache_max_relative_ci", "must be above 0 and at most 0.05"};
   }
   if (c.api_tokens_file().empty() && c.auth_required_for_metrics()) {
     return FieldError{"auth_required_for_metrics", "needs api_tokens_file"};

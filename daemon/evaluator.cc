@@ -243,6 +243,7 @@ std::string Evaluator::OfferCachedReference(const v1::EvaluateRequest& request,
                          .python = config_.python() + " " + probe.python_version(),
                          .harness = reference_harness_});
   spec.set_live_recheck_speedup(config_.live_recheck_speedup());
+  spec.set_reference_cache_max_relative_ci(config_.reference_cache_max_relative_ci());
   spec.set_fresh_reference_timing(request.fresh_reference_timing());
   // A fresh measurement is asked for: the entry is not even looked at (the
   // live figure then replaces it).

@@ -56,6 +56,19 @@ def test_settled_is_the_quartile_interval_within_one_percent():
     wide = dict(_entry(2.0)["timing"], lower_quartile_ci_high_ms=2.1)
     assert not judge_cached_timing.settled(wide)
     assert not judge_cached_timing.settled({"count": 0, "method": "perf_counter"})
+    # A host that set reference_cache_max_relative_ci looser: 2.5 % passes 5 %.
+    assert judge_cached_timing.settled(wide, 0.05)
+    assert not judge_cached_timing.settled(wide, 0.02)
+
+
+def test_the_cache_bound_comes_from_the_spec(tmp_path):
+    # A bound of 50 % (looser than config allows, to make this certain on
+    # any host): the live figure is offered whenever both sides settle to it.
+    report, _ = _run(tmp_path, fresh_reference_timing=True, reference_cache_max_relative_ci=0.5)
+    both = judge_cached_timing.settled(report["reference_timing"], 0.5) and \
+        judge_cached_timing.settled(report["candidate_timing"], 0.5)
+    assert both, report
+    assert report["reference_for_cache"]["input_signature"] == _signature()
 
 
 def test_slow_candidate_uses_the_cached_figure_and_the_reference_is_not_timed(tmp_path):

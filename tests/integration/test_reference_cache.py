@@ -23,7 +23,11 @@ max_time_limit_s: 120
 job_memory_bytes: 3221225472
 job_scratch_bytes: 1073741824
 build_cache_max_bytes: 0
+# CI's loaded 2-core host times these calls to 1.1-2.5 %, never the default
+# 1 % (docs/reference-cache.md): the bound a busy CPU node would set.
+reference_cache_max_relative_ci: 0.05
 """
+MAX_RELATIVE_CI = 0.05
 
 # A token makes this reference's key unlike any other test's. 64 x 256
 # elements stay under PyTorch's intra-op grain (32768), so each call is
@@ -110,8 +114,9 @@ def _relative_ci(timing):
 
 
 def _settled(timing):
-    """The judge's rule for offering a live figure (lower quartile to 1 %)."""
-    return _relative_ci(timing) <= 0.01
+    """The judge's rule for offering a live figure (lower quartile to the
+    configured bound)."""
+    return _relative_ci(timing) <= MAX_RELATIVE_CI
 
 
 def test_same_reference_is_timed_live_then_taken_from_the_cache(daemon_with_cache):

@@ -227,6 +227,7 @@ TEST(ConfigLoaderTest, ReferenceCacheSettings) {
   EXPECT_EQ(config->reference_cache_max_entries(), 10000u);
   EXPECT_EQ(config->reference_cache_ttl_s(), 86400u);
   EXPECT_DOUBLE_EQ(config->live_recheck_speedup(), 1.0);
+  EXPECT_DOUBLE_EQ(config->reference_cache_max_relative_ci(), 0.01);
 
   auto parsed = ParseConfigText(
       "reference_cache_enabled: false\nreference_cache_max_entries: 5\nlive_recheck_speedup: 1.5\n");
@@ -241,6 +242,11 @@ TEST(ConfigLoaderTest, ReferenceCacheSettings) {
     v1::DaemonConfig c;
     c.set_live_recheck_speedup(bad);
     EXPECT_EQ(DefaultsErrorField(c), "live_recheck_speedup") << bad;
+  }
+  for (const double bad : {-0.01, 0.051}) {
+    v1::DaemonConfig c;
+    c.set_reference_cache_max_relative_ci(bad);
+    EXPECT_EQ(DefaultsErrorField(c), "reference_cache_max_relative_ci") << bad;
   }
 }
 

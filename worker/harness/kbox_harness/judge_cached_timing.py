@@ -14,7 +14,8 @@ at or above it (a candidate claiming to beat the reference, where rewards
 are earned) both are timed live, interleaved, as without a cache
 (judge_timing.TimingRounds._measure).
 
-A live measurement whose lower quartiles both settled is offered back to
+A live measurement whose lower quartiles both settled (to the StageSpec's
+reference_cache_max_relative_ci, 1 % by default) is offered back to
 kboxd (StageReport.reference_for_cache) with the input signature.
 """
 import hashlib
@@ -58,14 +59,15 @@ def input_signature(forward_inputs, init_inputs):
     return text
 
 
-def settled(stats):
-    """Whether a Timing dict's lower quartile is known to 1 % (the settle
-    rule of the timed rounds, timing.relative_ci, from the reported figures)."""
+def settled(stats, max_relative_ci=0.01):
+    """Whether a Timing dict's lower quartile is known to max_relative_ci
+    (by default 1 %, the settle rule of the timed rounds, timing.relative_ci),
+    from the reported figures."""
     lq = stats.get("lower_quartile_ms") or 0.0
     lo, hi = stats.get("lower_quartile_ci_low_ms"), stats.get("lower_quartile_ci_high_ms")
     if lq <= 0 or lo is None or hi is None or stats.get("count", 0) < 6:
         return False
-    return (hi - lo) / (2.0 * lq) <= 0.01
+    return (hi - lo) / (2.0 * lq) <= max_relative_ci
 
 
 class CachedReferenceTiming(object):
@@ -98,7 +100,8 @@ class CachedReferenceTiming(object):
         self._measure(ref_model, get_inputs)
         ref = self.report["reference_timing"]
         ref["source"] = SOURCE_LIVE
-        if signature and settled(ref) and settled(self.report["candidate_timing"]):
+        limit = spec.reference_cache_max_relative_ci
+        if signature and settled(ref, limit) and settled(self.report["candidate_timing"], limit):
             self.report["reference_for_cache"] = {"timing": dict(ref), "input_signature": signature}
 
     def _measure_candidate_alone(self, ref_model, get_inputs):

@@ -24,6 +24,8 @@ DEFAULT_MAX_LOG_BYTES = 64 * 1024
 DEFAULT_CORRECTNESS_TRIALS = 5
 # config.proto's live_recheck_speedup default.
 DEFAULT_LIVE_RECHECK_SPEEDUP = 1.0
+# config.proto's reference_cache_max_relative_ci default: the judge's settle rule.
+DEFAULT_CACHE_MAX_RELATIVE_CI = 0.01
 
 
 def _enum(value, names):
@@ -82,6 +84,8 @@ class StageSpec(object):
                                      "input_signature": str(cached.get("input_signature") or "")}
         self.live_recheck_speedup = _float(d.get("live_recheck_speedup")) or DEFAULT_LIVE_RECHECK_SPEEDUP
         self.fresh_reference_timing = bool(d.get("fresh_reference_timing", False))
+        self.reference_cache_max_relative_ci = _float(d.get("reference_cache_max_relative_ci")) or \
+            DEFAULT_CACHE_MAX_RELATIVE_CI
 
     @property
     def is_gpu(self):
