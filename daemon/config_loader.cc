@@ -178,6 +178,8 @@ boost::system::result<CommandLine, FieldError> ParseCommandLine(int argc,
       "no-light-headers",
       "compile extensions exactly as asked, never first against the light "
       "<torch/extension.h> (docs/compile-speed.md)")(
+      "cupti-launch-probe",
+      "probe kernel launches through CUPTI's callback API, not torch.profiler (docs/dynamic-checks.md)")(
       "cpu-run-slots", po::value(&cpu_slots), "CPU-backend run stages at once")(
       "compile-workers", po::value(&compile_workers), "compile stages at once")(
       "max-in-flight-jobs", po::value(&max_in_flight), "jobs accepted at once")(
@@ -242,6 +244,7 @@ boost::system::result<CommandLine, FieldError> ParseCommandLine(int argc,
   if (vm.count("danger-insecure-no-sandbox")) c.set_danger_insecure_no_sandbox(true);
   if (vm.count("preforked-run-stage")) c.set_preforked_run_stage(true);
   if (vm.count("no-light-headers")) c.set_light_headers(false);
+  if (vm.count("cupti-launch-probe")) c.set_cupti_launch_probe(true);
   if (cpu_slots) c.set_cpu_run_slots(cpu_slots);
   if (compile_workers) c.set_compile_workers(compile_workers);
   if (max_in_flight) c.set_max_in_flight_jobs(max_in_flight);

@@ -208,6 +208,9 @@ v1::StageSpec Evaluator::MakeSpec(const JobWorkspace& ws, const v1::EffectiveSet
   if (stage == v1::STAGE_RUN) {
     // The harness checks that one of them launched (run.kernel-not-launched).
     for (const std::string& name : candidate_kernels) spec.add_candidate_kernels(name);
+    if (!sandbox_.launch_probe_library.empty() && s.backend() != v1::BACKEND_CPU) {
+      spec.set_launch_probe_library(sandbox_.launch_probe_library);
+    }
   }
   if (stage == v1::STAGE_RUN && sandbox_.settings) {
     spec.set_strict_seccomp_bpf(sandbox_.strict_filter_path);

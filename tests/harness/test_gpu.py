@@ -173,3 +173,45 @@ def test_outrun_cover_is_detected():
     print("outran short", [t.outran for t in short], "long", [t.outran for t in long_])
     assert all(t.outran for t in short) and not any(t.outran for t in long_)
     assert sorted(t.ms for t in long_)[2] < 0.5 * sorted(t.ms for t in short)[2]
+
+
+# -- the kernel-launch probe through CUPTI's callback API (launch_probe) ----------
+
+_PROBE_LIBRARY = os.path.join(os.environ.get("KBOX_BIN_DIR", os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "build", "bin")),
+    "libkbox_launch_probe.so")
+
+
+def _rules(report):
+    return {v.get("rule_id") for v in report.get("verdicts", [])}
+
+
+@pytest.mark.parametrize("fixture,backend", [("cand_cuda_add.py", "BACKEND_CUDA"),
+                                             ("cand_triton_add.py", "BACKEND_TRITON")])
+def test_cupti_probe_sees_the_candidates_kernel(tmp_path, fixture, backend):
+    if not os.path.exists(_PROBE_LIBRARY):
+        pytest.skip("libkbox_launch_probe.so not built")
+    job = Job(tmp_path, fixture, reference="ref_gpu_add.py")
+    _check(_run(job, "STAGE_COMPILE", backend), "OK")
+    probe_ms = {}
+    for library in ("", _PROBE_LIBRARY):
+        report = _check(_run(job, "STAGE_RUN", backend, candidate_kernels=["add_kernel"],
+                             launch_probe_library=library), "OK")
+        assert "run.kernel-not-launched" not in _rules(report), report["verdicts"]
+        # CUPTI saw the kernel itself: no confirming profiler run.
+        assert "dynamic_probe_confirm" not in report["phase_ms"]
+        probe_ms[library or "profiler"] = report["phase_ms"]["dynamic_probe"]
+    print("%s dynamic_probe ms: %s" % (backend, probe_ms))
+
+
+def test_cupti_probe_miss_is_confirmed_by_the_profiler(tmp_path):
+    # A kernel name the candidate never launches: CUPTI misses it, the
+    # profiler confirms, and the finding stands.
+    if not os.path.exists(_PROBE_LIBRARY):
+        pytest.skip("libkbox_launch_probe.so not built")
+    job = Job(tmp_path, "cand_cuda_add.py", reference="ref_gpu_add.py")
+    _check(_run(job, "STAGE_COMPILE", "BACKEND_CUDA"), "OK")
+    report = _check(_run(job, "STAGE_RUN", "BACKEND_CUDA", candidate_kernels=["never_launched_kernel"],
+                         launch_probe_library=_PROBE_LIBRARY), "OK")
+    assert "run.kernel-not-launched" in _rules(report), report.get("verdicts")
+    assert "dynamic_probe_confirm" in report["phase_ms"]

@@ -434,5 +434,20 @@ TEST(ConfigLoaderTest, HelpFlagAsksForHelp) {
   EXPECT_NE(cl->help_text.find("--listen"), std::string::npos);
 }
 
+// The CUPTI launch probe stays off (torch.profiler) until turned on.
+TEST(ConfigLoaderTest, CuptiLaunchProbeIsOffUnlessTurnedOn) {
+  const auto plain = Parse({});
+  ASSERT_TRUE(plain);
+  const auto plain_config = ApplyConfigDefaults(plain->config, 4);
+  ASSERT_TRUE(plain_config);
+  EXPECT_FALSE(plain_config->cupti_launch_probe());
+  const auto flag = Parse({"--cupti-launch-probe"});
+  ASSERT_TRUE(flag);
+  EXPECT_TRUE(flag->config.cupti_launch_probe());
+  const auto text = ParseConfigText("cupti_launch_probe: true\n");
+  ASSERT_TRUE(text);
+  EXPECT_TRUE(text->cupti_launch_probe());
+}
+
 }  // namespace
 }  // namespace kbox
