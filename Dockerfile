@@ -16,9 +16,9 @@ COPY . .
 RUN rm -rf build \
  && scripts/install-deps \
  && cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DKBOX_BUILD_TESTS=OFF \
- && cmake --build build --target kboxd kbox-sandbox kbox_sandbox_enter kbox kbox-policy \
+ && cmake --build build --target kboxd kbox-sandbox kbox_sandbox_enter kbox_launch_probe kbox kbox-policy \
  && mkdir -p /out/bin /out/share/kbox \
- && cp build/bin/kboxd build/bin/kbox-sandbox build/bin/libkbox_sandbox_enter.so build/bin/kbox \
+ && cp build/bin/kboxd build/bin/kbox-sandbox build/bin/libkbox_sandbox_enter.so build/bin/libkbox_launch_probe.so build/bin/kbox \
        build/bin/kbox-policy /out/bin/ \
  && cp -r worker/harness /out/share/kbox/harness \
  && cp -r policy/anticheat /out/share/kbox/anticheat \
@@ -40,7 +40,7 @@ RUN apt-get update \
 RUN python3 -m venv /opt/venv \
  && /opt/venv/bin/pip install --no-cache-dir "torch==${TORCH_VERSION}" numpy setuptools ninja
 COPY --from=build /out/ /opt/kbox/
-# kboxd finds kbox-sandbox, libkbox_sandbox_enter.so and ../share/kbox/{harness,anticheat,seccomp}
+# kboxd finds kbox-sandbox, libkbox_sandbox_enter.so, libkbox_launch_probe.so and ../share/kbox/{harness,anticheat,seccomp}
 # beside itself, so the chart sets none of those paths.
 ENV PATH=/opt/kbox/bin:/opt/venv/bin:${PATH}
 EXPOSE 8080
