@@ -148,7 +148,13 @@ asio::awaitable<void> HttpServer::AcceptLoop() {
       continue;  // EMFILE and friends: keep serving the connections we have.
     }
     if (open_connections_.load() >= limits_.max_connections) {
-      Refuse(std::move(socket));
+      if (tls_ != nullptr && tls_refusals_.load() < kMaxTlsRefusals) {
+        ++tls_refusals_;
+        asio::co_spawn(io_, RefuseTls(std::move(socket)),
+                       [this](std::exception_ptr) { --tls_refusals_; });
+      } else {
+        Refuse(std::move(socket));
+      }
       continue;
     }
     ++open_connections_;
@@ -158,25 +164,58 @@ asio::awaitable<void> HttpServer::AcceptLoop() {
   }
 }
 
+HttpResponse HttpServer::OverLimitResponse() {
+  HttpResponse res = handler_.Error(http::status::service_unavailable, "connection",
+                                    "kboxd has " + std::to_string(limits_.max_connections) +
+                                        " connections open, its max_connections; retry later");
+  res.set(http::field::retry_after, "1");
+  res.keep_alive(false);
+  return res;
+}
+
 void HttpServer::Refuse(tcp::socket socket) {
   // One non-blocking write into the fresh socket's empty send buffer: the
   // client that is over the limit learns why, and nothing here waits on it.
-  // A TLS listener has no handshake to answer in; it just closes.
+  // A TLS connection gets here only past kMaxTlsRefusals: no handshake, no
+  // answer, just the close.
   beast::error_code ec;
   if (tls_ == nullptr) {
-    HttpResponse res =
-        handler_.Error(http::status::service_unavailable, "connection",
-                       "kboxd has " + std::to_string(limits_.max_connections) +
-                           " connections open, its max_connections; retry later");
-    res.set(http::field::retry_after, "1");
-    res.keep_alive(false);
     std::ostringstream wire;
-    wire << res;
+    wire << OverLimitResponse();
     socket.non_blocking(true, ec);
     if (!ec) socket.write_some(asio::buffer(wire.str()), ec);
   }
   socket.shutdown(tcp::socket::shutdown_both, ec);
   socket.close(ec);
+}
+
+asio::awaitable<void> HttpServer::RefuseTls(tcp::socket socket) {
+  // A TLS client can only read an answer after a handshake, so this one
+  // waits on the client, but for no longer than header_timeout from the
+  // accept in all (the time a slowloris connection is held anyway), and at
+  // most kMaxTlsRefusals at once.
+  const auto context = tls_->current();  // Kept for the stream's life, as in Session.
+  beast::ssl_stream<beast::tcp_stream> stream(beast::tcp_stream(std::move(socket)), *context);
+  auto& lowest = beast::get_lowest_layer(stream);
+  lowest.expires_after(std::min(limits_.header_timeout, limits_.read_timeout));
+  auto [handshake_ec] = co_await stream.async_handshake(asio::ssl::stream_base::server, kUseTuple);
+  if (handshake_ec) co_return;
+  // Read the request's headers first: closing with them unread would reset
+  // the connection, and the client could lose the answer. The body, if
+  // any, is not read.
+  beast::flat_buffer buffer;
+  http::request_parser<http::empty_body> parser;
+  parser.header_limit(limits_.max_header_bytes);
+  auto [read_ec, read] = co_await http::async_read_header(stream, buffer, parser, kUseTuple);
+  (void)read;
+  if (read_ec && read_ec != http::error::header_limit) co_return;
+  HttpResponse res = OverLimitResponse();
+  auto [write_ec, written] = co_await http::async_write(stream, res, kUseTuple);
+  (void)written;
+  if (write_ec) co_return;
+  co_await stream.async_shutdown(kUseTuple);  // close_notify; a peer already gone is fine.
+  beast::error_code ignored;
+  lowest.socket().shutdown(tcp::socket::shutdown_both, ignored);
 }
 
 asio::awaitable<void> HttpServer::Session(tcp::socket socket) {

@@ -35,6 +35,12 @@ struct ServerLimits {
   uint32_t max_connections = 4096;
 };
 
+// TLS connections past max_connections answered 503 at once (each holds a
+// socket and a handshake for up to header_timeout); past this many, further
+// ones are closed without an answer. A plain 503 costs one write and no
+// wait, so plain HTTP needs no such bound.
+inline constexpr uint32_t kMaxTlsRefusals = 64;
+
 class HttpServer {
  public:
   // `tls` null: plain HTTP. Otherwise it must outlive the server.
@@ -51,9 +57,14 @@ class HttpServer {
  private:
   boost::asio::awaitable<void> AcceptLoop();
   boost::asio::awaitable<void> Session(boost::asio::ip::tcp::socket socket);
-  // Answers 503 on a connection past max_connections and closes it, without
-  // waiting on the client.
+  // The 503 a connection past max_connections gets.
+  HttpResponse OverLimitResponse();
+  // Answers it on a plain connection and closes it, without waiting on the
+  // client.
   void Refuse(boost::asio::ip::tcp::socket socket);
+  // Answers it on a TLS connection: handshake, read the request's headers,
+  // 503, close_notify, all within header_timeout of the accept.
+  boost::asio::awaitable<void> RefuseTls(boost::asio::ip::tcp::socket socket);
 
   boost::asio::io_context& io_;
   ApiHandler& handler_;
@@ -61,6 +72,9 @@ class HttpServer {
   const TlsContext* tls_;
   boost::asio::ip::tcp::acceptor acceptor_;
   std::atomic<uint32_t> open_connections_{0};
+  // TLS connections past max_connections being answered (RefuseTls); past
+  // kMaxTlsRefusals more are closed at once, unanswered.
+  std::atomic<uint32_t> tls_refusals_{0};
 };
 
 }  // namespace kbox

@@ -13,6 +13,8 @@
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/unknown_field_set.h>
 
+#include "daemon/json_type_check.h"
+
 namespace kbox {
 namespace {
 
@@ -198,7 +200,9 @@ boost::system::result<void, FieldError> DecodeMessage(const std::string& body, E
     const std::string text = ClientText(std::string(status.message()));
     return FieldError{FieldNamedIn(text), "invalid JSON " + message.GetTypeName() + ": " + text};
   }
-  return {};
+  // What the parser accepted may still hold a string where the schema says
+  // bool or number (json_type_check.h says why that is refused).
+  return CheckJsonTypes(body, *message.GetDescriptor());
 }
 
 std::string EncodeMessage(const google::protobuf::Message& message, Encoding encoding) {

@@ -1,12 +1,15 @@
 """TLS on kboxd's listener (tls_cert_file/tls_key_file): a self-signed
 certificate made with the openssl CLI, Python's ssl and http.client as the
-client, bearer tokens on top, and the pair re-read on SIGHUP."""
+client, bearer tokens on top, the pair re-read on SIGHUP, and the 503 a
+connection past max_connections gets."""
 import http.client
+import json
 import os
 import signal
 import socket
 import ssl
 import subprocess
+import time
 import warnings
 
 import pytest
@@ -121,3 +124,83 @@ def test_sighup_reloads_the_certificate_and_a_bad_pair_keeps_the_old_one(tls_kbo
     wait_for(lambda: "ERROR: TLS certificate not reloaded, keeping the old one: tls_cert_file "
              + d.cert in d.stderr(), "the reload error in kboxd's log")
     assert served_certificate(d.port) == second
+
+
+# -- past max_connections ------------------------------------------------------------------------
+
+SMALL_MAX_CONNECTIONS = 4
+REFUSAL_HEADER_TIMEOUT_S = 5
+TLS_REFUSALS_AT_ONCE = 64  # kMaxTlsRefusals in daemon/http_server.h
+CLOSE_SLACK_S = 3.0        # how late a loaded 2-core CI machine may close a connection
+
+
+def idle_connection(port):
+    """A TCP connection that never starts a handshake."""
+    return socket.create_connection(("127.0.0.1", port), timeout=30)
+
+
+def seconds_until_closed(sock):
+    """Waits for the server to close `sock` (EOF or reset); returns how long that took."""
+    t0 = time.monotonic()
+    try:
+        while sock.recv(4096):
+            pass
+    except ConnectionError:
+        pass
+    return time.monotonic() - t0
+
+
+def test_a_tls_connection_past_max_connections_gets_503(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("kbox-tls-small"))
+    cert, key = make_certificate(root, "small")
+    config = (CONFIG + 'tls_cert_file: "%s"\ntls_key_file: "%s"\n' % (cert, key)
+              + "max_connections: %d\nheader_timeout_s: %d\nread_timeout_s: 30\n"
+              % (SMALL_MAX_CONNECTIONS, REFUSAL_HEADER_TIMEOUT_S))
+    d = Kboxd(root, "tls-small", config=config, tokens=TOKENS)
+    assert d.port is not None, "%s\n%s" % ("\n".join(d.seen), d.stderr())
+    context = client_context(cert)
+    try:
+        # Connections that never handshake hold their places for read_timeout_s (the handshake's
+        # bound); the accept loop sees them in order, so the next one is over the limit.
+        held = [idle_connection(d.port) for _ in range(SMALL_MAX_CONNECTIONS)]
+        try:
+            conn = http.client.HTTPSConnection("127.0.0.1", d.port, timeout=30, context=context)
+            try:
+                conn.request("GET", "/healthz")
+                res = conn.getresponse()
+                body = json.loads(res.read())
+                assert res.status == 503, body
+                assert res.getheader("Retry-After") == "1"
+                assert res.getheader("Connection", "").lower() == "close"
+                assert body["code"] == 503 and body["field"] == "connection", body
+                assert "max_connections" in body["message"], body
+            finally:
+                conn.close()
+
+            # A client past the limit that never handshakes is closed at header_timeout_s.
+            with idle_connection(d.port) as idle:
+                took = seconds_until_closed(idle)
+            assert REFUSAL_HEADER_TIMEOUT_S - 1 <= took <= REFUSAL_HEADER_TIMEOUT_S + CLOSE_SLACK_S
+
+            # At most TLS_REFUSALS_AT_ONCE are answered at once; the next is closed at once,
+            # so a flood past the limit holds a bounded number of sockets.
+            waiting = [idle_connection(d.port) for _ in range(TLS_REFUSALS_AT_ONCE)]
+            try:
+                with idle_connection(d.port) as extra:
+                    took = seconds_until_closed(extra)
+                assert took < REFUSAL_HEADER_TIMEOUT_S / 2, took
+            finally:
+                for s in waiting:
+                    s.close()
+        finally:
+            for s in held:
+                s.close()
+        # Their places come back as soon as kboxd sees them closed.
+        def healthy():
+            try:
+                return https_get(d.port, "/healthz", context)[0] == 200
+            except (OSError, http.client.HTTPException):  # ssl.SSLError is an OSError
+                return False
+        wait_for(healthy, "a place to come back")
+    finally:
+        assert d.stop() == 0, d.stderr()[-4000:]

@@ -1,6 +1,7 @@
 """Abusive HTTP clients against a real kboxd (docs/reliability.md, "Hostile
 input"): slow clients, oversized headers and bodies, deeply nested JSON,
-invalid UTF-8, unknown enum values, wrong types, duplicate keys, and
+invalid UTF-8, unknown enum values, wrong types (strings for bools and
+numbers included), duplicate keys, and
 thousands of idle connections. Each gets a clear 4xx with a JSON
 ErrorResponse or a closed connection within a bounded time, and GET /healthz
 keeps answering within HEALTHZ_P99_TARGET_S while the slow and idle clients
@@ -461,6 +462,20 @@ def test_wrong_types_get_400(daemon, field, value):
     # and the message still says which field.
     assert body["field"] in (field, "body"), body
     assert field in body["message"] or body["field"] == field, body
+
+
+@pytest.mark.parametrize("field,value", [
+    ("fresh_reference_timing", "yes"), ("fresh_reference_timing", "1"),
+    ("fresh_reference_timing", "true"), ("measure_performance", "false"),
+    ("correctness_trials", "5"), ("time_limit_s", "60"), ("atol", "0.01"),
+])
+def test_strings_for_bools_and_numbers_get_400(daemon, field, value):
+    # protobuf's parser takes these; kboxd's type check refuses them, naming the field.
+    body = assert_json_refusal(post(daemon.port, "/v1/evaluate", with_fields(**{field: value})),
+                               400, field)
+    assert "must be" in body["message"], body
+    submit = json.dumps({"jobs": [{"request": VALID}, {"request": dict(VALID, **{field: value})}]})
+    assert_json_refusal(post(daemon.port, "/v1/jobs", submit), 400, "jobs[1].request." + field)
 
 
 @pytest.mark.parametrize("body", [
