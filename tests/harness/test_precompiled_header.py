@@ -3,8 +3,8 @@
 Real builds: kbox_pch.py builds the PCH (two variants in parallel, ~45 CPU-s)
 once for the module, then three compile stages run two at a time: with the
 PCH, with a truncated .gch (the harness's check refuses it) and with a .gch of
-the right size but garbage contents (the check passes; GCC must not turn it
-into a failed candidate).
+the right size whose contents end early (the check passes; GCC fails on it,
+which must not turn into a failed candidate).
 """
 import concurrent.futures
 import json
@@ -41,6 +41,7 @@ def _damaged_copy(pch_dir, dest, damage):
     O2.gch (the variant an -O2 build takes) damaged."""
     shutil.copytree(pch_dir, dest, ignore=shutil.ignore_patterns("*.gch"))
     gch = os.path.join(dest, "torch", "extension.h.gch")
+    os.mkdir(gch)
     os.symlink(os.path.join(pch_dir, "torch", "extension.h.gch", "O0.gch"),
                os.path.join(gch, "O0.gch"))
     damage(os.path.join(pch_dir, "torch", "extension.h.gch", "O2.gch"),
@@ -53,9 +54,11 @@ def _truncate(src, dst):
         out.write(f.read(1 << 20))  # GCC reads this and fails, not parses
 
 
-def _garbage_of_same_size(src, dst):
-    with open(dst, "wb") as out:
-        out.write(b"kbox garbage")
+def _zeroed_tail_of_same_size(src, dst):
+    """A valid PCH header, then zeros (sparse): passes the size check, and
+    GCC accepts the header and fails reading the rest."""
+    _truncate(src, dst)
+    with open(dst, "r+b") as out:
         out.truncate(os.path.getsize(src))
 
 
@@ -64,8 +67,8 @@ def builds(pch_dir, tmp_path_factory):
     dirs = {
         "pch": pch_dir,
         "truncated": _damaged_copy(pch_dir, str(tmp_path_factory.mktemp("t") / "pch"), _truncate),
-        "garbage": _damaged_copy(pch_dir, str(tmp_path_factory.mktemp("g") / "pch"),
-                                 _garbage_of_same_size),
+        "zeroed": _damaged_copy(pch_dir, str(tmp_path_factory.mktemp("z") / "pch"),
+                                _zeroed_tail_of_same_size),
     }
     jobs = {name: Job(tmp_path_factory.mktemp(name), "cand_relu_scale_cpp.py") for name in dirs}
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
@@ -111,12 +114,13 @@ def test_truncated_gch_is_refused_and_the_light_header_parsed(builds):
 
 
 def test_corrupt_gch_of_the_right_size_only_costs_time(builds):
-    job, pch, compiled = builds["garbage"]
+    job, pch, compiled = builds["zeroed"]
     report = _check(compiled, "OK")
     assert report["precompiled_header"] == "offered"
-    # GCC either skips the file (not a PCH) or fails the light try, and the
-    # build as asked follows; the candidate builds and runs either way.
-    assert report["light_headers"] in ("used", "fell_back")
+    # GCC fails the light try ("while reading precompiled header"); the
+    # build as asked follows, and the candidate builds and runs.
+    assert report["light_headers"] == "fell_back"
+    assert "-I" + pch not in _compile_command(job)
     assert _check(job.run("STAGE_RUN"), "OK")["message"] == "correct on 3 trials"
 
 
