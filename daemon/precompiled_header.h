@@ -30,9 +30,13 @@ std::filesystem::path PrecompiledHeaderRoot(const v1::DaemonConfig& config);
 // Whether kboxd builds and offers one: light_headers and precompiled_header.
 bool PrecompiledHeaderWanted(const v1::DaemonConfig& config);
 
+struct PrecompiledHeaderError {
+  std::string message;
+};
+
 // kbox_pch.py's answer: the directory it built or reused under `root`, else
 // why not (its exit, its {"error": ...} line, or a directory outside root).
-boost::system::result<std::string, std::string> ParsePrecompiledHeaderBuild(
+boost::system::result<std::string, PrecompiledHeaderError> ParsePrecompiledHeaderBuild(
     const ProcessOutcome& outcome, const std::filesystem::path& root);
 
 class PrecompiledHeader {
