@@ -57,8 +57,8 @@ def torch_compile_command(extra_cflags):
         source = os.path.join(tmp, "flags.cpp")
         open(source, "w").close()
         ninja = os.path.join(tmp, "build.ninja")
-        ce._write_ninja_file_to_build_library(
-            ninja, "kbox_pch_flags", [source], list(extra_cflags), [], [], [], False, False)
+        ce._write_ninja_file_to_build_library(**_writer_arguments(
+            ce._write_ninja_file_to_build_library, ninja, source, extra_cflags))
         values = {}
         with open(ninja, encoding="utf-8") as f:
             for line in f:
@@ -68,6 +68,26 @@ def torch_compile_command(extra_cflags):
     cflags = [a for a in shlex.split(values.get("cflags", ""), posix=True)
               if not a.startswith("-DTORCH_EXTENSION_NAME=")]
     return values.get("cxx", "c++"), cflags, shlex.split(values.get("post_cflags", ""))
+
+
+def _writer_arguments(writer, ninja, source, extra_cflags):
+    """Keyword arguments for torch's private ninja writer, by parameter name:
+    its positional list grew between versions (torch 2.x added SYCL's)."""
+    import inspect
+    known = {"path": ninja, "name": "kbox_pch_flags", "sources": [source],
+             "extra_cflags": list(extra_cflags), "extra_ldflags": [], "extra_include_paths": [],
+             "is_standalone": False}
+    arguments = {}
+    for name, param in inspect.signature(writer).parameters.items():
+        if name in known:
+            arguments[name] = known[name]
+        elif name.startswith("extra_"):
+            arguments[name] = []       # extra_cuda_cflags, extra_sycl_cflags, ...
+        elif name.startswith("with_"):
+            arguments[name] = False    # with_cuda, with_sycl: g++'s flags alone
+        elif param.default is inspect.Parameter.empty:
+            raise RuntimeError("torch's ninja writer wants %r, unknown to kbox" % name)
+    return arguments
 
 
 def compiler_identity(cxx):
