@@ -81,6 +81,7 @@ boost::system::result<v1::DaemonConfig, FieldError> ApplyConfigDefaults(v1::Daem
   if (c.build_cache_dir().empty()) c.set_build_cache_dir(c.work_dir() + "/build-cache");
   if (!c.has_build_cache_max_bytes()) c.set_build_cache_max_bytes(20ull << 30);
   if (!c.has_light_headers()) c.set_light_headers(true);
+  if (!c.has_precompiled_header()) c.set_precompiled_header(true);
   if (!c.has_reference_cache_enabled()) c.set_reference_cache_enabled(true);
   if (c.reference_cache_max_entries() == 0) c.set_reference_cache_max_entries(10000);
   if (c.reference_cache_ttl_s() == 0) c.set_reference_cache_ttl_s(86400);
@@ -179,7 +180,10 @@ boost::system::result<CommandLine, FieldError> ParseCommandLine(int argc,
       "compile extensions exactly as asked, never first against the light "
       "<torch/extension.h> (docs/compile-speed.md)")(
       "cupti-launch-probe",
-      "probe kernel launches through CUPTI's callback API, not torch.profiler (docs/dynamic-checks.md)")(
+      "probe kernel launches through CUPTI's callback API, not torch.profiler (docs/anticheat.md)")(
+      "no-precompiled-header",
+      "do not build the light header's precompiled header at start-up; compiles parse it "
+      "(docs/compile-speed.md)")(
       "cpu-run-slots", po::value(&cpu_slots), "CPU-backend run stages at once")(
       "compile-workers", po::value(&compile_workers), "compile stages at once")(
       "max-in-flight-jobs", po::value(&max_in_flight), "jobs accepted at once")(
@@ -245,6 +249,7 @@ boost::system::result<CommandLine, FieldError> ParseCommandLine(int argc,
   if (vm.count("preforked-run-stage")) c.set_preforked_run_stage(true);
   if (vm.count("no-light-headers")) c.set_light_headers(false);
   if (vm.count("cupti-launch-probe")) c.set_cupti_launch_probe(true);
+  if (vm.count("no-precompiled-header")) c.set_precompiled_header(false);
   if (cpu_slots) c.set_cpu_run_slots(cpu_slots);
   if (compile_workers) c.set_compile_workers(compile_workers);
   if (max_in_flight) c.set_max_in_flight_jobs(max_in_flight);

@@ -76,6 +76,11 @@ std::string ToolchainFingerprint(const v1::DaemonConfig& config, const HostInfo&
   // The light header builds the same code from the same headers, but a
   // different translation unit could still differ bit for bit: keep apart.
   line("light_headers", config.light_headers() ? "on" : "off");
+  // The PCH holds the same declarations as the header it replaces; recorded
+  // anyway, for symmetry and so an audit can tell the builds apart. The
+  // setting, not whether the start-up build is done: the fingerprint is
+  // computed once, and builds made before it is ready are the same code.
+  line("precompiled_header", PrecompiledHeaderWanted(config) ? "on" : "off");
   // The stages' inherited environment picks the compilers and libraries.
   std::vector<std::string> path_dirs;
   std::string cuda_home, cuda_path;
@@ -205,6 +210,9 @@ v1::StageSpec Evaluator::MakeSpec(const JobWorkspace& ws, const v1::EffectiveSet
   // The light header only changes how long a build takes, never what runs
   // (docs/compile-speed.md); the run stage only loads what was built.
   if (stage == v1::STAGE_COMPILE) spec.set_light_headers(config_.light_headers());
+  if (stage == v1::STAGE_COMPILE && config_.light_headers() && pch_ != nullptr) {
+    spec.set_pch_dir(pch_->dir());  // Empty until its start-up build is done.
+  }
   if (stage == v1::STAGE_RUN) {
     // The harness checks that one of them launched (run.kernel-not-launched).
     for (const std::string& name : candidate_kernels) spec.add_candidate_kernels(name);

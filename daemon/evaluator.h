@@ -15,6 +15,7 @@
 #include "daemon/device_health.h"
 #include "daemon/host_probe.h"
 #include "daemon/metrics.h"
+#include "daemon/precompiled_header.h"
 #include "daemon/reference_cache.h"
 #include "daemon/sandbox_setup.h"
 #include "daemon/slot_pool.h"
@@ -68,6 +69,10 @@ class Evaluator {
   // service when `gpu` (quarantined GPUs do not count; busy slots do).
   bool HasServingRunSlot(bool cpu, bool gpu) const;
 
+  // Compile stages get `pch`'s directory (StageSpec.pch_dir) once it is
+  // built. `pch` (may be null: none) must outlive the evaluator.
+  void UsePrecompiledHeader(const PrecompiledHeader* pch) { pch_ = pch; }
+
   const HostInfo& host() const { return host_; }
   const SandboxRuntime& sandbox() const { return sandbox_; }
   const SlotPool& gpu_slots() const { return gpu_slots_; }
@@ -114,6 +119,7 @@ class Evaluator {
   std::vector<uint32_t> gpus_;
   std::string cuda_arch_list_;  // TORCH_CUDA_ARCH_LIST covering every GPU in use.
   BuildCache* build_cache_;
+  const PrecompiledHeader* pch_ = nullptr;  // Set before jobs start.
   std::string toolchain_;  // Part of every build cache key.
   std::optional<ReferenceCache> reference_cache_;  // Absent when disabled.
   std::string reference_harness_;  // kbox's version and the harness digest: part of its keys.

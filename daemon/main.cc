@@ -255,6 +255,12 @@ int main(int argc, char** argv) {
     std::cerr << "kboxd: build cache off (build_cache_max_bytes 0)" << std::endl;
   }
   kbox::Evaluator evaluator(config, *host, gpus, *sandbox, metrics, build_cache.get());
+  // Built beside serving: compiles parse the light header until it is ready.
+  kbox::PrecompiledHeader pch;
+  if (kbox::PrecompiledHeaderWanted(config)) {
+    pch.StartBuild(harness, kbox::PrecompiledHeaderRoot(config));
+    evaluator.UsePrecompiledHeader(&pch);
+  }
   // One thread per admitted job, plus a few no job can take: /v1/check runs
   // on them, so a static check never waits behind running evaluations.
   constexpr uint32_t kCheckThreads = 2;

@@ -1,5 +1,7 @@
 #include "daemon/sandbox_setup.h"
 
+#include "daemon/precompiled_header.h"
+
 #include <fcntl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -139,6 +141,14 @@ boost::system::result<SandboxRuntime, SandboxError> SetUpSandbox(const v1::Daemo
     }
   }
   ro.push_back(policy_out.string());
+  if (PrecompiledHeaderWanted(config)) {
+    // Written by kboxd's start-up build only; compile stages read it and
+    // must not be able to replace it (docs/compile-speed.md).
+    const fs::path pch_root = PrecompiledHeaderRoot(config);
+    fs::create_directories(pch_root, ec);
+    ::chmod(pch_root.c_str(), 0755);
+    ro.push_back(pch_root.string());
+  }
   s.ro_paths = NormalizeReadOnlyPaths(ro);
   s.run_masked_paths.assign(std::begin(kRunMaskedPaths), std::end(kRunMaskedPaths));
   s.limits = CgroupLimits{.memory_bytes = config.job_memory_bytes(),

@@ -7,7 +7,10 @@ TORCH_EXTENSIONS_DIR, so nothing is reused between builds:
 
   plain  the candidate's calls as written (KernelBench's own evaluation);
   kbox   the same calls through the compile stage's ExtensionHook with the
-         light <torch/extension.h> first (docs/compile-speed.md).
+         light <torch/extension.h> first (docs/compile-speed.md);
+  pch    (with --pch) kbox plus the light header's GCC precompiled header,
+         built once before the rounds by kbox_pch.py's code (its cost is
+         printed apart: kboxd pays it once at start-up, not per build).
 
 Prints one line per candidate: the median wall seconds of each, their ratio,
 the same for CPU seconds (user + system of the build's whole process tree:
@@ -17,6 +20,7 @@ load hits both alike.
 
   scripts/compile_bench.py --few-shot ../shared/datasets/kernelbench/few_shot
   scripts/compile_bench.py --cpu-bench 3 --corpus ../shared/corpus -n 2
+  scripts/compile_bench.py --corpus ../shared/corpus --pch
   scripts/compile_bench.py path/to/candidate.py ...
 
 Only the environment decides the GPU arch list and the compiler, the same for
@@ -27,6 +31,7 @@ import glob
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -37,15 +42,16 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HARNESS = os.path.join(REPO, "worker", "harness")
 
 
-def _child(mode, path, build_dir):
+def _child(mode, path, build_dir, pch_dir=""):
     """Runs in the fresh process: import the candidate, print one JSON line."""
     import importlib.util
     import torch  # noqa: F401  (imported before timing, as in both real paths)
     hook = None
-    if mode == "kbox":
+    if mode in ("kbox", "pch"):
         sys.path.insert(0, HARNESS)
         from kbox_harness import extension_hook
-        hook = extension_hook.ExtensionHook(build_dir, build=True, light=True).install()
+        hook = extension_hook.ExtensionHook(build_dir, build=True, light=True,
+                                            pch_dir=pch_dir if mode == "pch" else "").install()
     spec = importlib.util.spec_from_file_location("kbox_bench_candidate", path)
     module = importlib.util.module_from_spec(spec)
     t0 = time.perf_counter()
@@ -56,16 +62,19 @@ def _child(mode, path, build_dir):
         error = "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else "")
     seconds = time.perf_counter() - t0
     light = hook.light_summary() if hook is not None else ""
+    if hook is not None and hook.pch_state:
+        light += "+pch:" + hook.pch_state
     if hook is not None and hook.failure is not None and not error:
         error = "build failed"
     print(json.dumps({"seconds": seconds, "light": light, "error": error}))
 
 
-def _build_once(mode, path, python):
+def _build_once(mode, path, python, pch_dir=""):
     with tempfile.TemporaryDirectory(prefix="kbox-compile-bench-") as build_dir:
         env = dict(os.environ, TORCH_EXTENSIONS_DIR=build_dir)
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        proc = subprocess.run([python, os.path.abspath(__file__), "--child", mode, path, build_dir],
+        proc = subprocess.run([python, os.path.abspath(__file__), "--child", mode, path, build_dir,
+                               pch_dir],
                               env=env, cwd=build_dir, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -92,9 +101,25 @@ def _cpu_bench_candidates(count, shared, out_dir):
     return paths
 
 
+def _build_pch(python, root):
+    """kbox_pch.py into root, as kboxd runs it; prints what it cost."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.run([python, "-s", "-B", os.path.join(HARNESS, "kbox_pch.py"), "--root", root],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    answer = json.loads((proc.stdout.strip().splitlines() or ["{}"])[-1])
+    if proc.returncode != 0 or "dir" not in answer:
+        sys.exit("kbox_pch.py failed: %s %s" % (proc.stdout, proc.stderr[-2000:]))
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    print("# precompiled header built once: %.1f s wall, %.1f CPU-s: %s" % (
+        time.perf_counter() - t0, cpu, answer["dir"]), flush=True)
+    return answer["dir"]
+
+
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        _child(*sys.argv[2:5])
+        _child(*sys.argv[2:6])
         return 0
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("candidates", nargs="*", help="candidate .py files (ModelNew + load_inline)")
@@ -108,6 +133,8 @@ def main():
                    help="shared directory holding datasets/kernelbench (for --cpu-bench)")
     p.add_argument("-n", "--rounds", type=int, default=1, help="cold builds per mode and candidate")
     p.add_argument("--python", default=sys.executable, help="interpreter with torch")
+    p.add_argument("--pch", action="store_true",
+                   help="a third mode: kbox with the light header's precompiled header")
     args = p.parse_args()
 
     paths = list(args.candidates)
@@ -122,40 +149,54 @@ def main():
     if not paths:
         p.error("no candidates: pass files, --few-shot, --corpus or --cpu-bench")
 
-    print("# %d candidate(s), %d cold build(s) per mode; wall seconds, median" %
+    modes = ["plain", "kbox"] + (["pch"] if args.pch else [])
+    pch_dir = ""
+    if args.pch:
+        pch_dir = _build_pch(args.python, tempfile.mkdtemp(prefix="kbox-compile-bench-pch-"))
+    print("# %d candidate(s), %d cold build(s) per mode; seconds, median; ratio = plain/mode" %
           (len(paths), args.rounds), flush=True)
-    print("%-40s %8s %8s %6s %10s %10s %6s  %s" % (
-        "candidate", "plain_s", "kbox_s", "ratio", "plain_cpu", "kbox_cpu", "ratio", "light"))
-    ratios, cpu_ratios = [], []
+    head = "%-40s" % "candidate"
+    for mode in modes:
+        head += " %8s %8s" % (mode + "_s", mode + "_cpu")
+    for mode in modes[1:]:
+        head += " %7s %7s" % (mode + "_r", mode + "_cr")
+    print(head + "  light")
+    ratios = {mode: ([], []) for mode in modes[1:]}  # (wall, cpu) per mode
     for path in paths:
-        times = {"plain": [], "kbox": []}
-        cpus = {"plain": [], "kbox": []}
+        times = {mode: [] for mode in modes}
+        cpus = {mode: [] for mode in modes}
         light, errors = set(), []
         for _ in range(args.rounds):
-            for mode in ("plain", "kbox"):
-                r = _build_once(mode, path, args.python)
+            for mode in modes:
+                r = _build_once(mode, path, args.python, pch_dir)
                 times[mode].append(r["seconds"])
                 cpus[mode].append(r["cpu"])
                 if r["light"]:
                     light.add(r["light"])
                 if r["error"]:
                     errors.append("%s: %s" % (mode, r["error"]))
-        plain, kbox = statistics.median(times["plain"]), statistics.median(times["kbox"])
-        ratio = plain / kbox if kbox > 0 else float("nan")
-        plain_cpu, kbox_cpu = statistics.median(cpus["plain"]), statistics.median(cpus["kbox"])
-        cpu_ratio = plain_cpu / kbox_cpu if kbox_cpu > 0 else float("nan")
-        if not errors:
-            ratios.append(ratio)
-            cpu_ratios.append(cpu_ratio)
+        wall = {mode: statistics.median(times[mode]) for mode in modes}
+        cpu = {mode: statistics.median(cpus[mode]) for mode in modes}
         name = os.path.relpath(path, os.path.dirname(os.path.dirname(path)))
-        print("%-40s %8.1f %8.1f %6.2f %10.1f %10.1f %6.2f  %s%s" % (
-            name[-40:], plain, kbox, ratio, plain_cpu, kbox_cpu, cpu_ratio,
-            ",".join(sorted(light)) or "-",
-            ("  ERRORS " + "; ".join(errors)) if errors else ""), flush=True)
-    if ratios:
-        print("# geometric mean plain/kbox over %d candidate(s): wall %.2f, cpu %.2f" % (
-            len(ratios), statistics.geometric_mean(ratios),
-            statistics.geometric_mean(cpu_ratios)))
+        line = "%-40s" % name[-40:]
+        for mode in modes:
+            line += " %8.1f %8.1f" % (wall[mode], cpu[mode])
+        for mode in modes[1:]:
+            r_wall = wall["plain"] / wall[mode] if wall[mode] > 0 else float("nan")
+            r_cpu = cpu["plain"] / cpu[mode] if cpu[mode] > 0 else float("nan")
+            line += " %7.2f %7.2f" % (r_wall, r_cpu)
+            if not errors:
+                ratios[mode][0].append(r_wall)
+                ratios[mode][1].append(r_cpu)
+        print(line + "  %s%s" % (",".join(sorted(light)) or "-",
+                                 ("  ERRORS " + "; ".join(errors)) if errors else ""), flush=True)
+    if pch_dir:
+        shutil.rmtree(os.path.dirname(pch_dir), ignore_errors=True)  # ~760 MB
+    for mode, (r_wall, r_cpu) in ratios.items():
+        if r_wall:
+            print("# geometric mean plain/%s over %d candidate(s): wall %.2f, cpu %.2f" % (
+                mode, len(r_wall), statistics.geometric_mean(r_wall),
+                statistics.geometric_mean(r_cpu)))
     return 0
 
 

@@ -339,6 +339,9 @@ def main(argv=None):
         if args.infra_retries is not None:
             config += "infra_retries: %d\n" % args.infra_retries
         flags = ["--preforked-run-stage"] if args.preforked_run_stage else []
+        # No start-up PCH build: --kill-script's "compiler" kill must find the
+        # job's compiler, not the PCH builder's (docs/compile-speed.md).
+        flags.append("--no-precompiled-header")
         started_daemon = daemon.Daemon(args.bin_dir, {n: (s, args.token_limit) for n, s in tokens.items()},
                                        config, flags, keep=args.keep)
         server = started_daemon.server

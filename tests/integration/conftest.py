@@ -77,7 +77,7 @@ def daemon():
         proc = subprocess.Popen(
             env=env, args=
             [kboxd, "--listen", "127.0.0.1:0", "--work-dir", work_dir, "--cpu-run-slots", "2",
-             "--config", config],
+             "--config", config] + it.NO_PCH,
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err)
     d = Daemon(proc, None, None, work_dir, stderr_path)
     line, seen = it.read_ready_line(proc, START_TIMEOUT_S)

@@ -28,6 +28,10 @@ EXAMPLE_DIR = os.path.join(REPO, "docs", "examples", "bias_relu")
 # Job parameters shared by conftest.py (which submits) and the tests (which check).
 SPIN_TIME_LIMIT_S = 10     # run-stage limit of the job that never returns
 HONEST_SEED = "20240917"   # sent as a JSON string
+# Every test kboxd but test_precompiled_header.py's skips the start-up build
+# of the light header's PCH (~45 CPU-s and ~760 MB in its own work dir): a
+# dozen suites start kboxd, and the PCH only changes how long a build takes.
+NO_PCH = ["--no-precompiled-header"]
 WRONG_SEED = 7             # sent as a JSON number
 
 
@@ -307,7 +311,7 @@ def read_ready_line(proc, timeout):
 
 
 @contextlib.contextmanager
-def own_kboxd(prefix, config_text, extra_args=(), start_timeout=120):
+def own_kboxd(prefix, config_text, extra_args=(), start_timeout=120, precompiled_header=False):
     """A kboxd of the test's own: its config written to a fresh directory,
     started on port 0, its stderr kept in <root>/kboxd.stderr. Yields
     (proc, port, root); on exit SIGTERM, and kboxd must exit 0. A kboxd that
@@ -329,7 +333,7 @@ def own_kboxd(prefix, config_text, extra_args=(), start_timeout=120):
     with open(stderr_path, "wb") as err:
         proc = subprocess.Popen(
             [kboxd, "--listen", "127.0.0.1:0", "--work-dir", os.path.join(root, "work"),
-             "--config", config] + list(extra_args),
+             "--config", config] + list(extra_args) + ([] if precompiled_header else NO_PCH),
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err)
     line, _ = read_ready_line(proc, start_timeout)
     if not line:

@@ -101,7 +101,7 @@ class Kboxd(object):
         self.stderr_path = os.path.join(self.dir, "kboxd.stderr")
         self.args = [os.path.join(it.bin_dir(), "kboxd"), "--listen", "127.0.0.1:0",
                      "--work-dir", os.path.join(self.dir, "work"), "--config", self.config_path,
-                     "--api-tokens-file", self.tokens_path] + list(flags)
+                     "--api-tokens-file", self.tokens_path] + list(flags) + it.NO_PCH
         with open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(self.args, stdin=subprocess.DEVNULL,
                                          stdout=subprocess.PIPE, stderr=err)

@@ -74,7 +74,7 @@ class Daemon(object):
             f.write(config)
         self.stderr_path = os.path.join(self.dir, "kboxd.stderr")
         args = [os.path.join(it.bin_dir(), "kboxd"), "--listen", "127.0.0.1:0",
-                "--work-dir", os.path.join(self.dir, "work"), "--config", config_path]
+                "--work-dir", os.path.join(self.dir, "work"), "--config", config_path] + it.NO_PCH
         with open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                          stderr=err)

@@ -45,7 +45,7 @@ class Kboxd(object):
         with open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(
                 [os.path.join(it.bin_dir(), "kboxd"), "--listen", "127.0.0.1:0",
-                 "--work-dir", os.path.join(root, "work"), "--config", config],
+                 "--work-dir", os.path.join(root, "work"), "--config", config] + it.NO_PCH,
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err)
         line, seen = it.read_ready_line(self.proc, START_TIMEOUT_S)
         if line is None:

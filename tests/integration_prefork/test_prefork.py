@@ -54,7 +54,8 @@ class Kboxd(object):
         with open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(
                 [os.path.join(it.bin_dir(), "kboxd"), "--listen", "127.0.0.1:0",
-                 "--work-dir", os.path.join(self.work_dir, "work"), "--config", config] + flags,
+                 "--work-dir", os.path.join(self.work_dir, "work"), "--config", config] + flags +
+                it.NO_PCH,
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err)
         line, _ = it.read_ready_line(self.proc, START_TIMEOUT_S)
         self.port = int(line.rsplit(":", 1)[1]) if line else None

@@ -115,7 +115,7 @@ class Kboxd(object):
             f.write(config)
         self.stderr_path = os.path.join(self.dir, "kboxd.stderr")
         args = [os.path.join(it.bin_dir(), "kboxd"), "--listen", "127.0.0.1:0",
-                "--work-dir", self.work, "--config", config_path]
+                "--work-dir", self.work, "--config", config_path] + it.NO_PCH
         if journal:
             args += ["--job-store-dir", journal]
         with open(self.stderr_path, "wb") as err:

@@ -1,5 +1,5 @@
 // libkbox_launch_probe.so: which kernels a stretch of code launches, through
-// CUPTI's callback API (docs/dynamic-checks.md, "Kernel-launch probe").
+// CUPTI's callback API (docs/anticheat.md, "Kernel launches").
 //
 // The run stage asks the candidate's process for one forward under this
 // probe and checks that one of the candidate's own kernels launched

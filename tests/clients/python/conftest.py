@@ -81,7 +81,8 @@ def _launch(name, extra_args):
         f.write(DAEMON_CONFIG)
     with open(os.path.join(root, "kboxd.stderr"), "wb") as err:
         proc = subprocess.Popen([kboxd, "--listen", "127.0.0.1:0", "--work-dir",
-                                 os.path.join(root, "work"), "--config", config] + extra_args,
+                                 os.path.join(root, "work"), "--config", config] + extra_args +
+                                it.NO_PCH,
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err)
     return Daemon(name, proc, root)
 

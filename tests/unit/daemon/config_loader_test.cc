@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/precompiled_header.h"
 #include "tests/unit/temp_dir.h"
 
 namespace kbox {
@@ -352,6 +353,36 @@ TEST(ConfigLoaderTest, LightHeadersAreOnUnlessTurnedOff) {
   const auto config = ApplyConfigDefaults(*text, 4);
   ASSERT_TRUE(config);
   EXPECT_FALSE(config->light_headers());
+}
+
+// The light header's precompiled header (docs/compile-speed.md) is on with
+// the light header unless turned off; without the light header it is off.
+TEST(ConfigLoaderTest, PrecompiledHeaderIsOnWithLightHeadersUnlessTurnedOff) {
+  const auto plain = Parse({});
+  ASSERT_TRUE(plain);
+  const auto plain_config = ApplyConfigDefaults(plain->config, 4);
+  ASSERT_TRUE(plain_config);
+  EXPECT_TRUE(plain_config->precompiled_header());
+  EXPECT_TRUE(PrecompiledHeaderWanted(*plain_config));
+  EXPECT_EQ(PrecompiledHeaderRoot(*plain_config),
+            std::filesystem::path(plain_config->work_dir()) / "pch");
+  const auto flag = Parse({"--no-precompiled-header"});
+  ASSERT_TRUE(flag);
+  const auto flag_config = ApplyConfigDefaults(flag->config, 4);
+  ASSERT_TRUE(flag_config);
+  EXPECT_FALSE(flag_config->precompiled_header());
+  EXPECT_FALSE(PrecompiledHeaderWanted(*flag_config));
+  const auto light_off = Parse({"--no-light-headers"});
+  ASSERT_TRUE(light_off);
+  const auto light_off_config = ApplyConfigDefaults(light_off->config, 4);
+  ASSERT_TRUE(light_off_config);
+  EXPECT_TRUE(light_off_config->precompiled_header());
+  EXPECT_FALSE(PrecompiledHeaderWanted(*light_off_config));
+  const auto text = ParseConfigText("precompiled_header: false\n");
+  ASSERT_TRUE(text);
+  const auto config = ApplyConfigDefaults(*text, 4);
+  ASSERT_TRUE(config);
+  EXPECT_FALSE(config->precompiled_header());
 }
 
 // Pre-forked run stages share the zygote's memory image and ASLR layout

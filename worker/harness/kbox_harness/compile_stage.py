@@ -21,6 +21,8 @@ def run(spec, pipe):
     light = imp.hook.light_summary()
     if light:
         report["light_headers"] = light
+    if light and imp.hook.pch_state:
+        report["precompiled_header"] = imp.hook.pch_state
     if light == light_headers.FELL_BACK:
         # Included in import_candidate: what the failed light builds cost.
         report["phase_ms"]["light_headers_failed_build"] = imp.hook.light_ms

@@ -15,7 +15,9 @@ was not built in the compile stage (ExtensionNotBuilt).
 
 With light=True (compile stage), each build is first tried against kbox's
 light <torch/extension.h> (light_headers.py); a failed try is forgotten and
-the call builds exactly as the candidate asked.
+the call builds exactly as the candidate asked. With a precompiled header
+directory that passes its check (precompiled_header.py), that directory
+replaces light_include: it holds a copy of the same header beside its .gch.
 """
 import contextlib
 import functools
@@ -24,7 +26,7 @@ import inspect
 import os
 import subprocess
 
-from . import light_headers, sanitize, timing
+from . import light_headers, precompiled_header, sanitize, timing
 
 
 class ExtensionBuildFailed(BaseException):
@@ -52,12 +54,24 @@ def _as_list(value):
 
 
 class ExtensionHook(object):
-    def __init__(self, build_dir="", build=True, light=False):
+    def __init__(self, build_dir="", build=True, light=False, pch_dir=""):
         self.build_dir = build_dir
         self.build = build    # False: load what the compile stage built, never build
         self.light = light and build  # try the light header first (compile stage)
         self.light_outcomes = []  # light_headers.USED / FELL_BACK, one per build
         self.light_ms = 0.0   # time spent in light builds that failed
+        # Where the light builds find <torch/extension.h>, and the compile
+        # report's precompiled_header field ("" when no directory was named).
+        self.light_include = light_headers.LIGHT_INCLUDE
+        self.pch_state = ""
+        self.pch_problem = ""  # why a named directory was not used
+        if self.light and pch_dir:
+            self.pch_problem = precompiled_header.check(pch_dir)
+            if self.pch_problem:
+                self.pch_state = precompiled_header.INVALID
+            else:
+                self.pch_state = precompiled_header.OFFERED
+                self.light_include = pch_dir
         self.calls = []       # one dict per load/load_inline call, in order
         self.failure = None   # dict(call=..., output=str) for the first failed build
         self.not_built = None  # run stage: name of the first extension found missing
@@ -181,9 +195,10 @@ class ExtensionHook(object):
         that the caller's full build is the one the candidate's call makes
         without this path. Objects a failed try left are rebuilt by ninja:
         their command lines (the -I) differ from the full build's."""
-        light_args = light_headers.with_light_include(bound.arguments)
+        light_args = light_headers.with_light_include(bound.arguments, self.light_include)
         t0 = timing.now_ms()
-        with light_headers.versioned_as_asked(self._module, call["name"]) as undo:
+        with light_headers.versioned_as_asked(self._module, call["name"],
+                                              self.light_include) as undo:
             try:
                 with self._keep_unchanged_sources(call["ext_dir"]):
                     module = original(**light_args)

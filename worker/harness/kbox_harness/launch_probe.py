@@ -1,6 +1,6 @@
 """The kernel-launch probe (libkbox_launch_probe.so, CUPTI's callback API):
 which kernels a stretch of code launched, for run.kernel-not-launched
-(docs/dynamic-checks.md). Starting it costs milliseconds where
+(docs/anticheat.md, "Kernel launches"). Starting it costs milliseconds where
 torch.profiler's CUDA activities cost ~6 s per fresh process on the H100
 (docs/benchmarks.md).
 

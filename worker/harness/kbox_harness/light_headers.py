@@ -40,25 +40,27 @@ def applicable(arguments, parameters):
                              all(isinstance(p, str) for p in paths))
 
 
-def with_light_include(arguments):
-    """A copy of the call's arguments with light_include appended to its include
-    paths (after the candidate's own: a directory it passes keeps precedence).
+def with_light_include(arguments, include_dir=LIGHT_INCLUDE):
+    """A copy of the call's arguments with include_dir (light_include, or the
+    precompiled header's directory holding a copy of the same header) appended
+    to its include paths (after the candidate's own: a directory it passes
+    keeps precedence).
     Lists and dicts are copied: load_inline edits cpp_sources/cuda_sources in
     place (prepends the include, appends the bindings), and the fallback build
     must see them as the candidate passed them."""
     light = {k: (list(v) if isinstance(v, list) else dict(v) if isinstance(v, dict) else v)
              for k, v in arguments.items()}
-    light[_INCLUDE_ARG] = list(arguments.get(_INCLUDE_ARG) or []) + [LIGHT_INCLUDE]
+    light[_INCLUDE_ARG] = list(arguments.get(_INCLUDE_ARG) or []) + [include_dir]
     return light
 
 
 @contextlib.contextmanager
-def versioned_as_asked(ce, name):
+def versioned_as_asked(ce, name, include_dir=LIGHT_INCLUDE):
     """torch's JIT_EXTENSION_VERSIONER hashes the include paths: a build with
-    light_include would count as changed build conditions, and a later call
+    light_include (or include_dir) would count as changed build conditions, and a later call
     (or the fallback build) would be named `<name>_v1` where the run stage,
     which sees the candidate's own arguments, expects `<name>`. While the light
-    build runs, the versioner hashes the arguments without light_include, so
+    build runs, the versioner hashes the arguments without include_dir, so
     a successful light build is versioned exactly as the candidate's call.
     Yields a function that undoes the versioner's entry for `name` (after a
     failed light build, so the fallback starts from the same state)."""
@@ -76,7 +78,7 @@ def versioned_as_asked(ce, name):
         groups = kwargs.get("build_arguments")
         if groups is not None:
             kwargs["build_arguments"] = [
-                [g for g in group if g != LIGHT_INCLUDE] if isinstance(group, list) else group
+                [g for g in group if g != include_dir] if isinstance(group, list) else group
                 for group in groups]
         return bump(*args, **kwargs)
 

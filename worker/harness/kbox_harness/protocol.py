@@ -76,6 +76,7 @@ class StageSpec(object):
         self.candidate_kernels = [str(k) for k in kernels] if isinstance(kernels, list) else []
         self.secret_path = str(d.get("secret_path") or "")
         self.light_headers = bool(d.get("light_headers", False))
+        self.pch_dir = str(d.get("pch_dir") or "")
         # The reference cache's entry (docs/reference-cache.md); None: none.
         cached = d.get("cached_reference")
         self.cached_reference = None
