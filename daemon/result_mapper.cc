@@ -241,6 +241,7 @@ bool ApplyCompileStage(const StageOutcome& s, EvaluateResult& r, FailureCause* c
     return false;
   }
   const StageReport& rep = *s.report;
+  *r.mutable_durations()->mutable_compile_phases_ms() = rep.phase_ms();
   switch (rep.outcome()) {
     case StageReport::OK:
       return true;
@@ -275,6 +276,7 @@ void ApplyRunStage(const StageOutcome& s, EvaluateResult& r, FailureCause* cause
     return;
   }
   const StageReport& rep = *s.report;
+  *r.mutable_durations()->mutable_run_phases_ms() = rep.phase_ms();
   MergeFingerprint(rep.fingerprint(), *r.mutable_fingerprint());
   *r.mutable_trials() = rep.trials();
   switch (rep.outcome()) {

@@ -90,3 +90,31 @@ def test_baseline_sample_spreads_over_the_jobs():
     assert bench.baseline_sample(list(range(10)), 3) == [0, 3, 6]
     assert bench.baseline_sample(list(range(2)), 3) == [0, 1]
     assert bench.baseline_sample(list(range(5)), 0) == []
+
+
+def test_stage_phases_and_start_up_come_from_the_results():
+    a = record("a", 0.0, 40.0, 9000.0, run_phases_ms={"fork_candidate": 20.0, "setup": 600.0,
+                                                       "dynamic_probe": 5900.0},
+               compile_phases_ms={"import_candidate": 8000.0})
+    b = record("b", 0.0, 50.0, 9000.0, run_phases_ms={"fork_candidate": 30.0, "setup": 400.0,
+                                                       "dynamic_probe": 100.0})
+    c = record("c", 0.0, 60.0, 9000.0)  # a result without the split (an older kboxd)
+    s = summarise([a, b, c])
+    assert s["run_phases_cold"]["setup"] == (bench.pct([600.0, 400.0], 50), bench.pct([600.0, 400.0], 99), 2)
+    assert s["compile_phases_cold"] == {"import_candidate": (8000.0, 8000.0, 1)}
+    assert s["start_up_p50_ms"] == bench.pct([620.0, 430.0], 50)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        bench.print_summary(s)
+    text = out.getvalue()
+    assert "run stage's own phases" in text and "dynamic_probe" in text
+    assert "per-job start-up on the device (run stage's fork_candidate + setup" in text
+
+
+def test_start_up_is_not_measured_without_phases():
+    s = summarise([record("a", 0.0, 40.0, 9000.0)])
+    assert s["start_up_p50_ms"] is None and s["run_phases_cold"] == {}
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        bench.print_summary(s)
+    assert "per-job start-up on the device: not measured" in out.getvalue()

@@ -245,6 +245,22 @@ TEST(ResultMapperTest, RunOkIsCorrectWithSpeedup) {
   EXPECT_EQ(r.fingerprint().hostname(), "node-1");  // Host fields are kboxd's, kept.
 }
 
+// Each stage's own split of its time reaches the result's durations.
+TEST(ResultMapperTest, StagePhasesReachTheDurations) {
+  v1::EvaluateResult r;
+  StageOutcome compiled = Reported(v1::StageReport::OK, "built");
+  (*compiled.report->mutable_phase_ms())["import_candidate"] = 8123.5;
+  EXPECT_TRUE(ApplyCompileStage(compiled, r));
+  StageOutcome ran = CorrectRun(r);
+  (*ran.report->mutable_phase_ms())["setup"] = 612.0;
+  (*ran.report->mutable_phase_ms())["dynamic_probe"] = 5900.0;
+  ApplyRunStage(ran, r);
+  EXPECT_EQ(r.status(), v1::CORRECT);
+  EXPECT_DOUBLE_EQ(r.durations().compile_phases_ms().at("import_candidate"), 8123.5);
+  EXPECT_EQ(r.durations().run_phases_ms().size(), 2u);
+  EXPECT_DOUBLE_EQ(r.durations().run_phases_ms().at("dynamic_probe"), 5900.0);
+}
+
 // The speedup and its interval come from the lower quartiles, not the
 // medians (timing.SPEEDUP_QUANTILE in the harness).
 TEST(ResultMapperTest, SpeedupIsFromTheLowerQuartiles) {
