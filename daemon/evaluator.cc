@@ -210,7 +210,8 @@ v1::StageSpec Evaluator::MakeSpec(const JobWorkspace& ws, const v1::EffectiveSet
   // The light header only changes how long a build takes, never what runs
   // (docs/compile-speed.md); the run stage only loads what was built.
   if (stage == v1::STAGE_COMPILE) spec.set_light_headers(config_.light_headers());
-  if (stage == v1::STAGE_COMPILE && config_.light_headers() && pch_ != nullptr) {
+  // pch_ is set only when light_headers is on (PrecompiledHeaderWanted).
+  if (stage == v1::STAGE_COMPILE && pch_ != nullptr) {
     spec.set_pch_dir(pch_->dir());  // Empty until its start-up build is done.
   }
   if (stage == v1::STAGE_RUN) {

@@ -254,9 +254,10 @@ int main(int argc, char** argv) {
   } else {
     std::cerr << "kboxd: build cache off (build_cache_max_bytes 0)" << std::endl;
   }
-  kbox::Evaluator evaluator(config, *host, gpus, *sandbox, metrics, build_cache.get());
   // Built beside serving: compiles parse the light header until it is ready.
+  // Declared before the evaluator, which reads it, so it outlives it.
   kbox::PrecompiledHeader pch;
+  kbox::Evaluator evaluator(config, *host, gpus, *sandbox, metrics, build_cache.get());
   if (kbox::PrecompiledHeaderWanted(config)) {
     pch.StartBuild(harness, kbox::PrecompiledHeaderRoot(config));
     evaluator.UsePrecompiledHeader(&pch);

@@ -9,7 +9,7 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "worker", "harness"))
-from kbox_harness import launch_probe, protocol, run_stage  # noqa: E402
+from kbox_harness import candidate_worker, launch_probe, protocol, run_stage  # noqa: E402
 
 LIBRARY = os.path.join(os.environ.get("KBOX_BIN_DIR", os.path.join(REPO, "build", "bin")),
                        "libkbox_launch_probe.so")
@@ -56,25 +56,42 @@ def test_a_cupti_that_cannot_be_opened_is_unavailable(tmp_path):
     assert "cannot load CUPTI" in str(e.value)
 
 
+@pytest.mark.skipif(not os.path.exists(LIBRARY), reason="libkbox_launch_probe.so not built")
 def test_the_cupti_path_is_settled_before_the_candidate_loads(tmp_path):
-    # A library the candidate's code maps under CUPTI's name after the
-    # worker module loaded is not the one the probe opens.
-    fake = tmp_path / "libcupti.so.13"
-    fake.write_bytes(open(LIBRARY if os.path.exists(LIBRARY) else sys.executable, "rb").read())
-    code = ("import ctypes, sys; sys.path.insert(0, %r)\n"
-            "from kbox_harness import candidate_worker\n"
-            "before = candidate_worker._CUPTI\n"
+    # The candidate's process prepares the probe in set-up: a library the
+    # candidate's code later maps under CUPTI's name is not the one it opens.
+    toolkit = tmp_path / "cuda" / "extras" / "CUPTI" / "lib64"
+    toolkit.mkdir(parents=True)
+    evil = tmp_path / "evil"
+    evil.mkdir()
+    data = open(LIBRARY, "rb").read()  # any library: only paths matter here
+    (toolkit / "libcupti.so").write_bytes(data)
+    (evil / "libcupti.so.13").write_bytes(data)
+    code = ("import ctypes, sys, torch; sys.path.insert(0, %r)\n"
+            "from kbox_harness import candidate_worker, launch_probe, protocol\n"
+            "spec = protocol.StageSpec({'stage': 'STAGE_RUN', 'launch_probe_library': %r})\n"
+            "probe, why = candidate_worker.prepare_launch_probe(spec, torch.device('cuda'))\n"
+            "assert probe is not None, why\n"
             "ctypes.CDLL(%r)\n"
-            "from kbox_harness import launch_probe\n"
             "assert launch_probe.cupti_path() == %r, launch_probe.cupti_path()\n"
-            "print(before == candidate_worker._CUPTI and before != %r)\n"
-            % (os.path.join(REPO, "worker", "harness"), str(fake), str(fake), str(fake)))
-    if not os.path.exists(LIBRARY):
-        pytest.skip("libkbox_launch_probe.so not built (the stand-in library to map)")
+            "print(probe.cupti)\n"
+            % (os.path.join(REPO, "worker", "harness"), LIBRARY, str(evil / "libcupti.so.13"),
+               str(evil / "libcupti.so.13")))
+    env = dict(os.environ, CUDA_HOME=str(tmp_path / "cuda"))
     out = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         universal_newlines=True, timeout=120)
+                         universal_newlines=True, timeout=120, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip() == "True"
+    # Where torch bundles its own, that one; else the toolkit's.
+    assert out.stdout.strip().endswith("libcupti.so") or "/nvidia/" in out.stdout, out.stdout
+    assert "evil" not in out.stdout
+
+
+def test_no_probe_on_the_cpu_or_without_the_library():
+    import torch
+    gpu_spec = protocol.StageSpec({"stage": "STAGE_RUN", "launch_probe_library": LIBRARY})
+    assert candidate_worker.prepare_launch_probe(gpu_spec, torch.device("cpu")) == (None, None)
+    plain = protocol.StageSpec({"stage": "STAGE_RUN"})
+    assert candidate_worker.prepare_launch_probe(plain, torch.device("cuda")) == (None, None)
 
 
 def test_the_spec_names_the_library():

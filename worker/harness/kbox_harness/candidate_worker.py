@@ -30,10 +30,6 @@ _MAX_KERNEL_NAMES = 64
 # Harness modules whose functions the guard watches (besides torch and time).
 _GUARDED_MODULES = (channel, dynamic_checks, errors, exchange, inputs, launch_probe, modules, sanitize,
                     timing)
-# The CUPTI the launch probe opens, found now, before the candidate loads: the
-# one torch mapped, else torch's bundled or the toolkit's; never a library the
-# candidate's code mapped itself under that name.
-_CUPTI = launch_probe.cupti_path()
 
 try:  # Taken before the candidate loads: what the launch probe records with.
     from torch.profiler import profile as _profile, ProfilerActivity as _ProfilerActivity
@@ -168,6 +164,7 @@ class Worker(object):
             # Before the strict filter, which kills any later seccomp().
             strict_filter.install_no_sigkill()
             strict_filter.install(spec.strict_seccomp_bpf)
+        self.launch_probe, self.launch_probe_error = prepare_launch_probe(spec, self.device)
         self.clock = timing.Clock(self.device)
         self.guard = dynamic_checks.Guard(_GUARDED_MODULES)
         return {"phase_ms": phase}
@@ -290,8 +287,10 @@ class Worker(object):
         x = self._load_inputs(cmd["inputs"])
         fallback = None
         if self.device.type == "cuda" and cmd.get("kernels") and cmd.get("launch_probe"):
+            probe = self.launch_probe
             try:
-                probe = launch_probe.LaunchProbe(str(cmd["launch_probe"]), _CUPTI)
+                if probe is None:
+                    raise launch_probe.ProbeUnavailable(self.launch_probe_error or "not prepared")
                 probe.start()
             except (launch_probe.ProbeUnavailable, launch_probe.ProbeRefused) as e:
                 fallback = "%s: %s" % (type(e).__name__, errors.one_line(str(e))[:200])
@@ -382,6 +381,19 @@ class Worker(object):
         # A spot check compares the output only (input mutation is judged on
         # the correctness trials), so the inputs, as large again, stay here.
         return self._save(cmd["out"], out, x, with_inputs=bool(cmd.get("inputs", True)))
+
+
+def prepare_launch_probe(spec, device):
+    """(LaunchProbe or None, why not): on a GPU with the StageSpec's library,
+    the probe loaded in set-up, before the candidate's code: its CUPTI is the
+    one torch mapped, else torch's bundled or the toolkit's, never a library
+    the candidate maps under that name later."""
+    if device.type != "cuda" or not spec.launch_probe_library:
+        return None, None
+    try:
+        return launch_probe.LaunchProbe(spec.launch_probe_library, launch_probe.cupti_path()), None
+    except launch_probe.ProbeUnavailable as e:
+        return None, str(e)
 
 
 def _die_with_parent():

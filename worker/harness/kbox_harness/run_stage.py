@@ -310,7 +310,8 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
                 "candidate_path": spec.candidate_path, "build_dir": spec.build_dir,
                 "backend": spec.backend, "precision": spec.precision,
                 "max_log_bytes": spec.max_log_bytes,
-                "strict_seccomp_bpf": spec.strict_seccomp_bpf, "ptxas_path": spec.ptxas_path}
+                "strict_seccomp_bpf": spec.strict_seccomp_bpf, "ptxas_path": spec.ptxas_path,
+                "launch_probe_library": spec.launch_probe_library}
 
     def _audit_roots(self):
         """What the candidate's Python code may open: the job's own directories
@@ -533,7 +534,7 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         kernels = list(self.spec.candidate_kernels)
         t0 = timing.now_ms()
         probe = self.ask({"op": "probe", "inputs": in_file, "kernels": bool(kernels),
-                          "launch_probe": self.spec.launch_probe_library})
+                          "launch_probe": bool(self.spec.launch_probe_library)})
         # Apart from the second call: on a GPU the probe starts here, once
         # per job; torch.profiler's start is ~6 s on the H100, CUPTI's
         # callback API's is what launch_probe_bench measures (docs/benchmarks.md).
@@ -553,7 +554,7 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
             # counts only when the profiler (the activity record of every
             # kernel that ran) sees it too.
             t0 = timing.now_ms()
-            again = self.ask({"op": "probe", "inputs": in_file, "kernels": True, "launch_probe": ""})
+            again = self.ask({"op": "probe", "inputs": in_file, "kernels": True, "launch_probe": False})
             self._timed("dynamic_probe_confirm", t0)
             if again.get("profiled"):
                 probe, launched = again, [str(k) for k in again.get("kernels") or []]
