@@ -196,11 +196,17 @@ def test_a_tls_connection_past_max_connections_gets_503(tmp_path_factory):
             for s in held:
                 s.close()
         # Their places come back as soon as kboxd sees them closed.
+        # Not https_get: a 503 while still over the limit closes the
+        # connection, and with it the socket (and peer certificate) it reads.
         def healthy():
+            conn = http.client.HTTPSConnection("127.0.0.1", d.port, timeout=30, context=context)
             try:
-                return https_get(d.port, "/healthz", context)[0] == 200
+                conn.request("GET", "/healthz")
+                return conn.getresponse().status == 200
             except (OSError, http.client.HTTPException):  # ssl.SSLError is an OSError
                 return False
+            finally:
+                conn.close()
         wait_for(healthy, "a place to come back")
     finally:
         assert d.stop() == 0, d.stderr()[-4000:]
