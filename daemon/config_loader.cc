@@ -82,6 +82,7 @@ boost::system::result<v1::DaemonConfig, FieldError> ApplyConfigDefaults(v1::Daem
   if (!c.has_build_cache_max_bytes()) c.set_build_cache_max_bytes(20ull << 30);
   if (!c.has_light_headers()) c.set_light_headers(true);
   if (!c.has_precompiled_header()) c.set_precompiled_header(true);
+  if (!c.has_cuda_per_operator_headers()) c.set_cuda_per_operator_headers(true);
   if (!c.has_reference_cache_enabled()) c.set_reference_cache_enabled(true);
   if (c.reference_cache_max_entries() == 0) c.set_reference_cache_max_entries(10000);
   if (c.reference_cache_ttl_s() == 0) c.set_reference_cache_ttl_s(86400);
@@ -181,6 +182,9 @@ boost::system::result<CommandLine, FieldError> ParseCommandLine(int argc,
       "<torch/extension.h> (docs/compile-speed.md)")(
       "cupti-launch-probe",
       "probe kernel launches through CUPTI's callback API, not torch.profiler (docs/anticheat.md)")(
+      "no-cuda-per-operator-headers",
+      "light tries compile CUDA sources against the whole of ATen, not per-operator headers "
+      "(docs/compile-speed.md)")(
       "no-precompiled-header",
       "do not build the light header's precompiled header at start-up; compiles parse it "
       "(docs/compile-speed.md)")(
@@ -250,6 +254,7 @@ boost::system::result<CommandLine, FieldError> ParseCommandLine(int argc,
   if (vm.count("no-light-headers")) c.set_light_headers(false);
   if (vm.count("cupti-launch-probe")) c.set_cupti_launch_probe(true);
   if (vm.count("no-precompiled-header")) c.set_precompiled_header(false);
+  if (vm.count("no-cuda-per-operator-headers")) c.set_cuda_per_operator_headers(false);
   if (cpu_slots) c.set_cpu_run_slots(cpu_slots);
   if (compile_workers) c.set_compile_workers(compile_workers);
   if (max_in_flight) c.set_max_in_flight_jobs(max_in_flight);

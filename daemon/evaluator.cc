@@ -81,6 +81,10 @@ std::string ToolchainFingerprint(const v1::DaemonConfig& config, const HostInfo&
   // setting, not whether the start-up build is done: the fingerprint is
   // computed once, and builds made before it is ready are the same code.
   line("precompiled_header", PrecompiledHeaderWanted(config) ? "on" : "off");
+  // Per-operator headers leave declarations out of a CUDA source's
+  // translation unit, as the light header does: kept apart the same way.
+  line("cuda_per_operator_headers",
+       config.light_headers() && config.cuda_per_operator_headers() ? "on" : "off");
   // The stages' inherited environment picks the compilers and libraries.
   std::vector<std::string> path_dirs;
   std::string cuda_home, cuda_path;
@@ -209,7 +213,11 @@ v1::StageSpec Evaluator::MakeSpec(const JobWorkspace& ws, const v1::EffectiveSet
   spec.set_max_log_bytes(config_.max_log_bytes());
   // The light header only changes how long a build takes, never what runs
   // (docs/compile-speed.md); the run stage only loads what was built.
-  if (stage == v1::STAGE_COMPILE) spec.set_light_headers(config_.light_headers());
+  if (stage == v1::STAGE_COMPILE) {
+    spec.set_light_headers(config_.light_headers());
+    spec.set_cuda_per_operator_headers(config_.light_headers() &&
+                                       config_.cuda_per_operator_headers());
+  }
   // pch_ is set only when light_headers is on (PrecompiledHeaderWanted).
   if (stage == v1::STAGE_COMPILE && pch_ != nullptr) {
     spec.set_pch_dir(pch_->dir());  // Empty until its start-up build is done.

@@ -6,8 +6,10 @@ build the extension) in a fresh Python process with a fresh, empty
 TORCH_EXTENSIONS_DIR, so nothing is reused between builds:
 
   plain  the candidate's calls as written (KernelBench's own evaluation);
-  kbox   the same calls through the compile stage's ExtensionHook with the
+  light  the same calls through the compile stage's ExtensionHook with the
          light <torch/extension.h> first (docs/compile-speed.md);
+  kbox   light, and a build's CUDA sources against per-operator ATen headers
+         (the compile stage's default; the same as light without CUDA);
   pch    (with --pch) kbox plus the light header's GCC precompiled header,
          built once before the rounds by kbox_pch.py's code (its cost is
          printed apart: kboxd pays it once at start-up, not per build).
@@ -15,8 +17,10 @@ TORCH_EXTENSIONS_DIR, so nothing is reused between builds:
 Prints one line per candidate: the median wall seconds of each, their ratio,
 the same for CPU seconds (user + system of the build's whole process tree:
 steadier than wall time on a shared machine) and what the light path did
-(used / fell_back). Modes alternate within each round, so drifting machine
-load hits both alike.
+(used / fell_back; "cuda:" what the per-operator headers did). Modes
+alternate within each round, so drifting machine load hits each alike; with
+--jobs N, N builds run at once (for a machine with cores to spare: each build
+runs at most two compiler processes, MAX_JOBS=2).
 
   scripts/compile_bench.py --few-shot ../shared/datasets/kernelbench/few_shot
   scripts/compile_bench.py --cpu-bench 3 --corpus ../shared/corpus -n 2
@@ -27,6 +31,7 @@ Only the environment decides the GPU arch list and the compiler, the same for
 both modes (export TORCH_CUDA_ARCH_LIST to build for one arch).
 """
 import argparse
+import concurrent.futures
 import glob
 import json
 import os
@@ -47,11 +52,12 @@ def _child(mode, path, build_dir, pch_dir=""):
     import importlib.util
     import torch  # noqa: F401  (imported before timing, as in both real paths)
     hook = None
-    if mode in ("kbox", "pch"):
+    if mode in ("light", "kbox", "pch"):
         sys.path.insert(0, HARNESS)
         from kbox_harness import extension_hook
         hook = extension_hook.ExtensionHook(build_dir, build=True, light=True,
-                                            pch_dir=pch_dir if mode == "pch" else "").install()
+                                            pch_dir=pch_dir if mode == "pch" else "",
+                                            per_operator=mode != "light").install()
     spec = importlib.util.spec_from_file_location("kbox_bench_candidate", path)
     module = importlib.util.module_from_spec(spec)
     t0 = time.perf_counter()
@@ -64,6 +70,8 @@ def _child(mode, path, build_dir, pch_dir=""):
     light = hook.light_summary() if hook is not None else ""
     if hook is not None and hook.pch_state:
         light += "+pch:" + hook.pch_state
+    if hook is not None and hook.per_operator_summary():
+        light += "+cuda:" + hook.per_operator_summary()
     if hook is not None and hook.failure is not None and not error:
         error = "build failed"
     print(json.dumps({"seconds": seconds, "light": light, "error": error}))
@@ -71,18 +79,25 @@ def _child(mode, path, build_dir, pch_dir=""):
 
 def _build_once(mode, path, python, pch_dir=""):
     with tempfile.TemporaryDirectory(prefix="kbox-compile-bench-") as build_dir:
-        env = dict(os.environ, TORCH_EXTENSIONS_DIR=build_dir)
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        proc = subprocess.run([python, os.path.abspath(__file__), "--child", mode, path, build_dir,
-                               pch_dir],
-                              env=env, cwd=build_dir, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
+        env = dict(os.environ, TORCH_EXTENSIONS_DIR=build_dir, MAX_JOBS="2")
+        out_path, err_path = os.path.join(build_dir, "out.txt"), os.path.join(build_dir, "err.txt")
+        with open(out_path, "w") as out, open(err_path, "w") as err:
+            proc = subprocess.Popen([python, os.path.abspath(__file__), "--child", mode, path,
+                                     build_dir, pch_dir],
+                                    env=env, cwd=build_dir, stdout=out, stderr=err)
+            # wait4: this build's own CPU time (its process tree), also when
+            # other builds run at once (--jobs).
+            _, status, usage = os.wait4(proc.pid, 0)
+            proc.returncode = os.waitstatus_to_exitcode(status)
+        with open(out_path) as f:
+            stdout = f.read()
+        with open(err_path) as f:
+            stderr = f.read()
+    cpu = usage.ru_utime + usage.ru_stime
+    lines = [l for l in stdout.splitlines() if l.startswith("{")]
     if proc.returncode != 0 or not lines:
         return {"seconds": float("nan"), "cpu": cpu, "light": "", "error": "exit %d: %s" % (
-            proc.returncode, proc.stderr.strip().splitlines()[-1:] or "")}
+            proc.returncode, stderr.strip().splitlines()[-1:] or "")}
     result = json.loads(lines[-1])
     result["cpu"] = cpu  # the whole child process, torch's import included
     return result
@@ -133,6 +148,8 @@ def main():
                    help="shared directory holding datasets/kernelbench (for --cpu-bench)")
     p.add_argument("-n", "--rounds", type=int, default=1, help="cold builds per mode and candidate")
     p.add_argument("--python", default=sys.executable, help="interpreter with torch")
+    p.add_argument("-j", "--jobs", type=int, default=1,
+                   help="builds at once (default 1; each runs at most 2 compiler processes)")
     p.add_argument("--pch", action="store_true",
                    help="a third mode: kbox with the light header's precompiled header")
     args = p.parse_args()
@@ -149,7 +166,7 @@ def main():
     if not paths:
         p.error("no candidates: pass files, --few-shot, --corpus or --cpu-bench")
 
-    modes = ["plain", "kbox"] + (["pch"] if args.pch else [])
+    modes = ["plain", "light", "kbox"] + (["pch"] if args.pch else [])
     pch_dir = ""
     if args.pch:
         pch_dir = _build_pch(args.python, tempfile.mkdtemp(prefix="kbox-compile-bench-pch-"))
@@ -162,19 +179,27 @@ def main():
         head += " %7s %7s" % (mode + "_r", mode + "_cr")
     print(head + "  light")
     ratios = {mode: ([], []) for mode in modes[1:]}  # (wall, cpu) per mode
+    # Every build, in the order one at a time would run them: per candidate,
+    # round after round, the modes alternating.
+    order = [(path, mode) for path in paths for _ in range(args.rounds) for mode in modes]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        futures = [pool.submit(_build_once, mode, path, args.python, pch_dir)
+                   for path, mode in order]
+        results = {}
+        for (path, mode), future in zip(order, futures):
+            results.setdefault(path, []).append((mode, future))
     for path in paths:
         times = {mode: [] for mode in modes}
         cpus = {mode: [] for mode in modes}
         light, errors = set(), []
-        for _ in range(args.rounds):
-            for mode in modes:
-                r = _build_once(mode, path, args.python, pch_dir)
-                times[mode].append(r["seconds"])
-                cpus[mode].append(r["cpu"])
-                if r["light"]:
-                    light.add(r["light"])
-                if r["error"]:
-                    errors.append("%s: %s" % (mode, r["error"]))
+        for mode, future in results[path]:
+            r = future.result()
+            times[mode].append(r["seconds"])
+            cpus[mode].append(r["cpu"])
+            if r["light"]:
+                light.add(r["light"])
+            if r["error"]:
+                errors.append("%s: %s" % (mode, r["error"]))
         wall = {mode: statistics.median(times[mode]) for mode in modes}
         cpu = {mode: statistics.median(cpus[mode]) for mode in modes}
         name = os.path.relpath(path, os.path.dirname(os.path.dirname(path)))

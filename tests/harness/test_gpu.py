@@ -43,6 +43,21 @@ def test_cuda_load_inline_compile_then_run(tmp_path):
     assert report["phase_ms"]["import_candidate"] < 10000  # loaded, not rebuilt
 
 
+@pytest.mark.parametrize("fixture,outcome", [("cand_cuda_add.py", "used"),
+                                             ("cand_cuda_pasted_op.py", "fell_back")])
+def test_cuda_per_operator_headers(tmp_path, fixture, outcome):
+    # The light try compiles the CUDA source against the operators it names
+    # (per_operator_headers.py); one it cannot see fails that try and is
+    # built as asked. Either way the run stage loads and judges the library.
+    job = Job(tmp_path, fixture, reference="ref_gpu_add.py")
+    report = _check(_run(job, "STAGE_COMPILE", "BACKEND_CUDA", light_headers=True,
+                         cuda_per_operator_headers=True), "OK")
+    assert report["cuda_per_operator_headers"] == outcome, report
+    assert report["light_headers"] == ("used" if outcome == "used" else "fell_back")
+    result = _check(_run(job, "STAGE_RUN", "BACKEND_CUDA"), "OK")
+    assert result["message"].startswith("correct on"), result["message"]
+
+
 def test_fp16_precision(tmp_path):
     # Inputs and models are cast to fp16; the Triton kernel follows the dtype.
     job = Job(tmp_path, "cand_triton_add.py", reference="ref_gpu_add.py")
@@ -193,10 +208,14 @@ def test_cupti_probe_sees_the_candidates_kernel(tmp_path, fixture, backend):
         pytest.skip("libkbox_launch_probe.so not built")
     job = Job(tmp_path, fixture, reference="ref_gpu_add.py")
     _check(_run(job, "STAGE_COMPILE", backend), "OK")
+    # As kboxd runs them: Triton under the strict filter, ptxas in the broker
+    # (set-up warms Triton's one-time processes; candidate code starts none).
+    sandbox = {} if backend == "BACKEND_CUDA" else {"strict_seccomp_bpf": _strict(tmp_path),
+                                                    "ptxas_path": _triton_ptxas()}
     probe_ms = {}
     for library in ("", _PROBE_LIBRARY):
         report = _check(_run(job, "STAGE_RUN", backend, candidate_kernels=["add_kernel"],
-                             launch_probe_library=library), "OK")
+                             launch_probe_library=library, **sandbox), "OK")
         assert "run.kernel-not-launched" not in _rules(report), report["verdicts"]
         # CUPTI saw the kernel itself: no confirming profiler run.
         assert "dynamic_probe_confirm" not in report["phase_ms"]

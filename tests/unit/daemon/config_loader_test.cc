@@ -385,6 +385,27 @@ TEST(ConfigLoaderTest, PrecompiledHeaderIsOnWithLightHeadersUnlessTurnedOff) {
   EXPECT_FALSE(config->precompiled_header());
 }
 
+// Per-operator headers for CUDA sources' light tries (docs/compile-speed.md)
+// are on unless turned off.
+TEST(ConfigLoaderTest, CudaPerOperatorHeadersAreOnUnlessTurnedOff) {
+  const auto plain = Parse({});
+  ASSERT_TRUE(plain);
+  const auto plain_config = ApplyConfigDefaults(plain->config, 4);
+  ASSERT_TRUE(plain_config);
+  EXPECT_TRUE(plain_config->cuda_per_operator_headers());
+  const auto flag = Parse({"--no-cuda-per-operator-headers"});
+  ASSERT_TRUE(flag);
+  const auto flag_config = ApplyConfigDefaults(flag->config, 4);
+  ASSERT_TRUE(flag_config);
+  EXPECT_FALSE(flag_config->cuda_per_operator_headers());
+  EXPECT_TRUE(flag_config->light_headers());  // The light header itself stays on.
+  const auto text = ParseConfigText("cuda_per_operator_headers: false\n");
+  ASSERT_TRUE(text);
+  const auto config = ApplyConfigDefaults(*text, 4);
+  ASSERT_TRUE(config);
+  EXPECT_FALSE(config->cuda_per_operator_headers());
+}
+
 // Pre-forked run stages share the zygote's memory image and ASLR layout
 // between jobs (docs/prefork.md): never on unless asked for.
 TEST(ConfigLoaderTest, PreforkedRunStageIsOffUnlessAsked) {

@@ -36,7 +36,8 @@ def import_candidate(spec, pipe):
     result = CandidateImport()
     result.hook = extension_hook.ExtensionHook(
         spec.build_dir, build=spec.stage != "STAGE_RUN",
-        light=spec.light_headers, pch_dir=spec.pch_dir).install()
+        light=spec.light_headers, pch_dir=spec.pch_dir,
+        per_operator=spec.cuda_per_operator_headers).install()
     pipe.enter(protocol.CANDIDATE)
     t0 = timing.now_ms()
     try:

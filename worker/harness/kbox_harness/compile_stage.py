@@ -23,6 +23,9 @@ def run(spec, pipe):
         report["light_headers"] = light
     if light and imp.hook.pch_state:
         report["precompiled_header"] = imp.hook.pch_state
+    per_op = imp.hook.per_operator_summary()
+    if per_op:
+        report["cuda_per_operator_headers"] = per_op
     if light == light_headers.FELL_BACK:
         # Included in import_candidate: what the failed light builds cost.
         report["phase_ms"]["light_headers_failed_build"] = imp.hook.light_ms

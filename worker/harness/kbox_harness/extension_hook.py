@@ -26,7 +26,9 @@ import inspect
 import os
 import subprocess
 
-from . import light_headers, precompiled_header, sanitize, timing
+from . import light_headers, per_operator_headers, precompiled_header, sanitize, timing
+
+_CUDA_FLAGS_ARG = "extra_cuda_cflags"
 
 
 class ExtensionBuildFailed(BaseException):
@@ -54,12 +56,15 @@ def _as_list(value):
 
 
 class ExtensionHook(object):
-    def __init__(self, build_dir="", build=True, light=False, pch_dir=""):
+    def __init__(self, build_dir="", build=True, light=False, pch_dir="", per_operator=False):
         self.build_dir = build_dir
         self.build = build    # False: load what the compile stage built, never build
         self.light = light and build  # try the light header first (compile stage)
         self.light_outcomes = []  # light_headers.USED / FELL_BACK, one per build
         self.light_ms = 0.0   # time spent in light builds that failed
+        # Light tries of CUDA builds also use per-operator ATen headers.
+        self.per_operator = self.light and per_operator
+        self.per_op_outcomes = []  # per_operator_headers.USED / FELL_BACK
         # Where the light builds find <torch/extension.h>, and the compile
         # report's precompiled_header field ("" when no directory was named).
         self.light_include = light_headers.LIGHT_INCLUDE
@@ -163,7 +168,7 @@ class ExtensionHook(object):
                 # exception: force capture so a failure's log can be mapped.
                 a["verbose"] = False
             if self.light and light_headers.applicable(a, sig.parameters):
-                built, module = self._build_light(original, bound, call)
+                built, module = self._build_light(original, bound, call, kind, sig.parameters)
                 if built:
                     return module
             try:
@@ -189,27 +194,67 @@ class ExtensionHook(object):
         wrapper._kbox_wrapped = True
         return wrapper
 
-    def _build_light(self, original, bound, call):
+    def _build_light(self, original, bound, call, kind, parameters):
         """(True, module) when the build with the light header succeeded and
         loaded; (False, None) otherwise, with torch's versioner as it was, so
         that the caller's full build is the one the candidate's call makes
         without this path. Objects a failed try left are rebuilt by ninja:
-        their command lines (the -I) differ from the full build's."""
+        their command lines (the -I) differ from the full build's.
+        A build with CUDA sources also gets per-operator ATen headers in its
+        nvcc commands (per_operator_headers.py) in the same try."""
         light_args = light_headers.with_light_include(bound.arguments, self.light_include)
+        per_op = self._prepare_per_operator(kind, bound.arguments, parameters)
+        tails = [[self.light_include]]
+        if per_op is not None:
+            light_args[_CUDA_FLAGS_ARG] = list(bound.arguments.get(_CUDA_FLAGS_ARG) or []) + \
+                per_op.flags
+            tails.append(per_op.flags)
         t0 = timing.now_ms()
-        with light_headers.versioned_as_asked(self._module, call["name"],
-                                              self.light_include) as undo:
-            try:
-                with self._keep_unchanged_sources(call["ext_dir"]):
-                    module = original(**light_args)
-            except Exception:
-                # Any failure (compiler, link, import): the full build decides.
-                undo()
-                self.light_ms += timing.now_ms() - t0
-                self.light_outcomes.append(light_headers.FELL_BACK)
-                return False, None
+        try:
+            with light_headers.versioned_as_asked(self._module, call["name"], tails) as undo:
+                try:
+                    with self._keep_unchanged_sources(call["ext_dir"]):
+                        module = original(**light_args)
+                except Exception:
+                    # Any failure (compiler, link, import): the full build decides.
+                    undo()
+                    self.light_ms += timing.now_ms() - t0
+                    self.light_outcomes.append(light_headers.FELL_BACK)
+                    if per_op is not None:
+                        self.per_op_outcomes.append(per_operator_headers.FELL_BACK)
+                    return False, None
+        finally:
+            if per_op is not None:
+                per_op.close()
         self.light_outcomes.append(light_headers.USED)
+        if per_op is not None:
+            self.per_op_outcomes.append(per_operator_headers.USED)
         return True, module
+
+    def _prepare_per_operator(self, kind, arguments, parameters):
+        """per_operator_headers.Prepared for a call that builds CUDA sources and
+        whose extra_cuda_cflags is a list of strings (anything else is left to
+        torch), else None."""
+        if not self.per_operator or _CUDA_FLAGS_ARG not in parameters:
+            return None
+        flags = arguments.get(_CUDA_FLAGS_ARG)
+        if flags is not None and not (isinstance(flags, (list, tuple)) and
+                                      all(isinstance(f, str) for f in flags)):
+            return None
+        texts = per_operator_headers.cuda_texts(kind, arguments)
+        if not texts:
+            return None
+        try:
+            return per_operator_headers.prepare(texts)
+        except OSError:
+            return None  # no scratch space: the light try without it
+
+    def per_operator_summary(self):
+        """The compile report's cuda_per_operator_headers field: "" when no
+        light try built CUDA sources with it."""
+        if per_operator_headers.FELL_BACK in self.per_op_outcomes:
+            return per_operator_headers.FELL_BACK
+        return per_operator_headers.USED if self.per_op_outcomes else ""
 
     def light_summary(self):
         """The compile report's light_headers field: "" when nothing was built."""

@@ -55,12 +55,13 @@ def with_light_include(arguments, include_dir=LIGHT_INCLUDE):
 
 
 @contextlib.contextmanager
-def versioned_as_asked(ce, name, include_dir=LIGHT_INCLUDE):
-    """torch's JIT_EXTENSION_VERSIONER hashes the include paths: a build with
-    light_include (or include_dir) would count as changed build conditions, and a later call
+def versioned_as_asked(ce, name, tails=((LIGHT_INCLUDE,),)):
+    """torch's JIT_EXTENSION_VERSIONER hashes the include paths and flags: a
+    build with light_include (or the PCH's directory) would count as changed build conditions, and a later call
     (or the fallback build) would be named `<name>_v1` where the run stage,
     which sees the candidate's own arguments, expects `<name>`. While the light
-    build runs, the versioner hashes the arguments without include_dir, so
+    build runs, the versioner hashes the arguments without what the light try
+    appended to them (`tails`: its include directory, its nvcc flags), so
     a successful light build is versioned exactly as the candidate's call.
     Yields a function that undoes the versioner's entry for `name` (after a
     failed light build, so the fallback starts from the same state)."""
@@ -78,7 +79,7 @@ def versioned_as_asked(ce, name, include_dir=LIGHT_INCLUDE):
         groups = kwargs.get("build_arguments")
         if groups is not None:
             kwargs["build_arguments"] = [
-                [g for g in group if g != include_dir] if isinstance(group, list) else group
+                _without_tails(group, tails) if isinstance(group, list) else group
                 for group in groups]
         return bump(*args, **kwargs)
 
@@ -96,3 +97,13 @@ def versioned_as_asked(ce, name, include_dir=LIGHT_INCLUDE):
             del versioner.bump_version_if_changed  # the class's method again
         else:
             versioner.bump_version_if_changed = own
+
+
+def _without_tails(group, tails):
+    """group without the tail the light try appended to it, if it ends with one
+    (only the appended copy: a candidate's own equal entry stays)."""
+    for tail in tails:
+        tail = list(tail)
+        if tail and group[-len(tail):] == tail:
+            return group[:-len(tail)]
+    return group

@@ -77,6 +77,7 @@ class StageSpec(object):
         self.secret_path = str(d.get("secret_path") or "")
         self.light_headers = bool(d.get("light_headers", False))
         self.pch_dir = str(d.get("pch_dir") or "")
+        self.cuda_per_operator_headers = bool(d.get("cuda_per_operator_headers", False))
         # The reference cache's entry (docs/reference-cache.md); None: none.
         cached = d.get("cached_reference")
         self.cached_reference = None

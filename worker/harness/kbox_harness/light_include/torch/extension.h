@@ -12,10 +12,16 @@
 // torch/python.h's nn::Module bindings, which candidates rarely use and which
 // are most of the parsing time. A candidate that needs them fails to build
 // here, and the compile stage builds it again exactly as it asked.
+//
+// Under nvcc in a light try that also uses per-operator headers
+// (KBOX_CUDA_LIGHT, per_operator_headers.py), a CUDA source gets the tensor
+// API only: the bindings are main.cpp's, and a CUDA source that uses pybind11
+// fails the try and is built again as asked.
 #pragma once
 
 #include <torch/types.h>
 
+#if !(defined(__CUDACC__) && defined(KBOX_CUDA_LIGHT))
 #include <torch/csrc/Device.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/DynamicTypes.h>
@@ -25,3 +31,4 @@
 #include <torch/csrc/utils/pybind.h>
 #include <torch/csrc/utils/python_numbers.h>
 #include <torch/csrc/utils/python_tuples.h>
+#endif
