@@ -177,3 +177,24 @@ def test_guard_sees_a_replaced_method_of_a_harness_class():
         assert timing.Clock.time is original  # put back
     finally:
         timing.Clock.time = original
+
+
+def test_preloaded_dispatch_tracing_imports_nothing_at_first_use():
+    # kbox_zygote.py preloads what the op trace's first use imports
+    # (torch._dynamo in PyTorch 2.x: ~6 s per job on the GPU host otherwise).
+    import subprocess
+    import sys
+    harness = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "worker", "harness")
+    code = (
+        "import sys, torch\n"
+        "from kbox_harness import dynamic_checks\n"
+        "dynamic_checks.preload_dispatch_tracing()\n"
+        "before = set(sys.modules)\n"
+        "result, ops = dynamic_checks.trace_ops(lambda: (torch.ones(4) + 1).sum())\n"
+        "assert ops['add'] == 1 and ops['sum'] == 1, ops\n"
+        "print(sorted(set(sys.modules) - before))\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=harness, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=harness))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

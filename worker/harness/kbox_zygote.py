@@ -56,6 +56,14 @@ _thread_probe = _start_thread_probe() if __name__ == "__main__" else None
 import numpy  # noqa: E402,F401  (in the shared image: every run stage uses it)
 import torch  # noqa: E402
 
+from kbox_harness import dynamic_checks  # noqa: E402
+
+# The run stage's dispatch-mode trace (dynamic_checks.trace_ops) imports
+# torch._dynamo on first use in PyTorch 2.x: ~6 s of imports (sympy, fx's
+# symbolic shapes) on the GPU host, once per job in a fresh process. Here it is
+# paid once per zygote; check_forkable() below still holds (no thread, no CUDA).
+dynamic_checks.preload_dispatch_tracing()
+
 from kbox_harness import run_stage, stage  # noqa: E402,F401
 
 _PR_SET_PDEATHSIG = 1
