@@ -90,8 +90,8 @@ def _child(mode, library):
             names = sorted({str(e.name) for e in prof.events() if "CUDA" in str(getattr(e, "device_type", ""))})
             extra = {}
         else:
-            from kbox_harness.launch_probe import LaunchProbe
-            probe = LaunchProbe(library)
+            from kbox_harness.launch_probe import LaunchProbe, cupti_path
+            probe = LaunchProbe(library, cupti_path())
             probe.start()
             forward()
             probe.stop()
