@@ -486,19 +486,27 @@ TEST(ConfigLoaderTest, HelpFlagAsksForHelp) {
   EXPECT_NE(cl->help_text.find("--listen"), std::string::npos);
 }
 
-// The CUPTI launch probe stays off (torch.profiler) until turned on.
-TEST(ConfigLoaderTest, CuptiLaunchProbeIsOffUnlessTurnedOn) {
+// The CUPTI launch probe is on (its GPU suite matched the profiler's
+// verdicts) unless turned off; an explicit false survives the defaults.
+TEST(ConfigLoaderTest, CuptiLaunchProbeIsOnUnlessTurnedOff) {
   const auto plain = Parse({});
   ASSERT_TRUE(plain);
   const auto plain_config = ApplyConfigDefaults(plain->config, 4);
   ASSERT_TRUE(plain_config);
-  EXPECT_FALSE(plain_config->cupti_launch_probe());
-  const auto flag = Parse({"--cupti-launch-probe"});
-  ASSERT_TRUE(flag);
-  EXPECT_TRUE(flag->config.cupti_launch_probe());
-  const auto text = ParseConfigText("cupti_launch_probe: true\n");
+  EXPECT_TRUE(plain_config->cupti_launch_probe());
+  const auto on = Parse({"--cupti-launch-probe"});
+  ASSERT_TRUE(on);
+  EXPECT_TRUE(on->config.cupti_launch_probe());
+  const auto off = Parse({"--no-cupti-launch-probe"});
+  ASSERT_TRUE(off);
+  const auto off_config = ApplyConfigDefaults(off->config, 4);
+  ASSERT_TRUE(off_config);
+  EXPECT_FALSE(off_config->cupti_launch_probe());
+  const auto text = ParseConfigText("cupti_launch_probe: false\n");
   ASSERT_TRUE(text);
-  EXPECT_TRUE(text->cupti_launch_probe());
+  const auto config = ApplyConfigDefaults(*text, 4);
+  ASSERT_TRUE(config);
+  EXPECT_FALSE(config->cupti_launch_probe());
 }
 
 }  // namespace
