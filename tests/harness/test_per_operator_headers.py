@@ -111,21 +111,36 @@ def test_the_macro_only_selects_includes_in_the_installed_headers():
     assert uses > 10
 
 
+def _recorded(**arguments):
+    """A call's sources as the hook records them (extension_hook._as_list)."""
+    return {key: extension_hook._as_list(value) for key, value in arguments.items()}
+
+
 def test_cuda_texts_of_each_call_shape(tmp_path):
-    assert per_op.cuda_texts("load_inline", {"cuda_sources": "k"}) == ["k"]
-    assert per_op.cuda_texts("load_inline", {"cuda_sources": ["a", "b"]}) == ["a", "b"]
-    assert per_op.cuda_texts("load_inline", {"cpp_sources": "c"}) is None
-    assert per_op.cuda_texts("load_inline", {"cuda_sources": []}) is None
+    assert per_op.cuda_texts(_recorded(cuda_sources="k")) == ["k"]
+    assert per_op.cuda_texts(_recorded(cuda_sources=["a", "b"])) == ["a", "b"]
+    assert per_op.cuda_texts(_recorded(cpp_sources="c")) is None
+    assert per_op.cuda_texts(_recorded(cuda_sources=[])) is None
     cu = tmp_path / "k.cu"
     cu.write_text("zeros_like")
     cpp = tmp_path / "m.cpp"
     cpp.write_text("matmul")
-    assert per_op.cuda_texts("load", {"sources": [str(cpp), str(cu)]}) == ["zeros_like"]
-    assert per_op.cuda_texts("load", {"sources": [str(cpp)]}) is None
-    assert per_op.cuda_texts("load", {"sources": [str(tmp_path / "gone.cu")]}) is None
+    assert per_op.cuda_texts(_recorded(sources=[str(cpp), str(cu)])) == ["zeros_like"]
+    assert per_op.cuda_texts(_recorded(sources=[str(cpp)])) is None
+    assert per_op.cuda_texts(_recorded(sources=[str(tmp_path / "gone.cu")])) is None
 
 
 # -- the hook, with a stand-in for load_inline that records its calls -------------
+
+def bump_version(versioner, name, build_arguments):
+    """As torch's _jit_compile calls it (torch 2.x added with_sycl)."""
+    import inspect
+    extra = {"with_sycl": False} if "with_sycl" in inspect.signature(
+        versioner.bump_version_if_changed).parameters else {}
+    return versioner.bump_version_if_changed(
+        name, [], build_arguments=build_arguments, build_directory="/b", with_cuda=True,
+        is_python_module=True, is_standalone=False, **extra)
+
 
 def _fake_load_inline(calls, versioner, fail_light=False):
     def load_inline(name, cpp_sources, cuda_sources=None, functions=None, extra_cflags=None,
@@ -139,10 +154,8 @@ def _fake_load_inline(calls, versioner, fail_light=False):
                     standin = f.read()
         calls.append({"flags": flags, "includes": list(extra_include_paths or []),
                       "standin": standin})
-        versioner.bump_version_if_changed(  # as torch's _jit_compile does
-            name, [], build_arguments=[extra_cflags, extra_cuda_cflags, extra_ldflags,
-                                       extra_include_paths],
-            build_directory="/b", with_cuda=True, is_python_module=True, is_standalone=False)
+        bump_version(versioner, name, [extra_cflags, extra_cuda_cflags, extra_ldflags,
+                                       extra_include_paths])
         if fail_light and light_headers.LIGHT_INCLUDE in (extra_include_paths or []):
             raise RuntimeError("Error building extension 'x'")
         return types.SimpleNamespace(name=name)

@@ -26,6 +26,14 @@ PYTHON = "/usr/bin/python3"
 EXAMPLE_DIR = os.path.join(REPO, "docs", "examples", "bias_relu")
 
 # Job parameters shared by conftest.py (which submits) and the tests (which check).
+# Job limits for a suite's own kboxd (own_kboxd) on a small host; a suite
+# appends its own lines.
+SMALL_JOBS_CONFIG = """\
+default_time_limit_s: 60
+max_time_limit_s: 120
+job_memory_bytes: 3221225472
+job_scratch_bytes: 1073741824
+"""
 SPIN_TIME_LIMIT_S = 10     # run-stage limit of the job that never returns
 HONEST_SEED = "20240917"   # sent as a JSON string
 # Every test kboxd but test_precompiled_header.py's skips the start-up build

@@ -17,13 +17,7 @@ from kbox_it import describe
 
 START_TIMEOUT_S = 120
 JOB_TIMEOUT_S = 600
-CONFIG = """\
-default_time_limit_s: 60
-max_time_limit_s: 120
-job_memory_bytes: 3221225472
-job_scratch_bytes: 1073741824
-build_cache_max_bytes: 1073741824
-"""
+CONFIG = it.SMALL_JOBS_CONFIG + "build_cache_max_bytes: 1073741824\n"
 
 
 @pytest.fixture(scope="module")

@@ -19,13 +19,7 @@ from kbox_it import describe
 START_TIMEOUT_S = 120
 PCH_TIMEOUT_S = 600  # two g++ runs of ~20 CPU-s each on a loaded 2-core host
 JOB_TIMEOUT_S = 600
-CONFIG = """\
-default_time_limit_s: 60
-max_time_limit_s: 120
-job_memory_bytes: 3221225472
-job_scratch_bytes: 1073741824
-build_cache_max_bytes: 1073741824
-"""
+CONFIG = it.SMALL_JOBS_CONFIG + "build_cache_max_bytes: 1073741824\n"
 READY = re.compile(r"^kboxd: precompiled header ready in .*: (\S+)$", re.MULTILINE)
 FAILED = "kboxd: precompiled header not built"
 

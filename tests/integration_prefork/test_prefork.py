@@ -24,11 +24,7 @@ import metrics_text  # noqa: E402
 
 START_TIMEOUT_S = 120
 JOB_TIMEOUT_S = 600
-CONFIG = """\
-default_time_limit_s: 60
-max_time_limit_s: 120
-job_memory_bytes: 3221225472
-job_scratch_bytes: 1073741824
+CONFIG = it.SMALL_JOBS_CONFIG + """\
 cpu_run_slots: 1
 build_cache_dir: "%s"
 """

@@ -209,15 +209,12 @@ def preload_dispatch_tracing():
     """Imports what trace_ops's first use imports: torch._dynamo, which
     PyTorch 2.x loads when a dispatch mode is first entered (1.13 has none).
     For a process that forks run stages (kbox_zygote.py): paid once there,
-    not in every job. Returns the modules it imported (how many)."""
-    import sys
-    before = len(sys.modules)
+    not in every job."""
     _dispatch_mode_class()
     try:
         import torch._dynamo  # noqa: F401
     except ImportError:
         pass
-    return len(sys.modules) - before
 
 
 def trace_ops(fn):

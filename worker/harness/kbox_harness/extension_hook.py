@@ -168,7 +168,7 @@ class ExtensionHook(object):
                 # exception: force capture so a failure's log can be mapped.
                 a["verbose"] = False
             if self.light and light_headers.applicable(a, sig.parameters):
-                built, module = self._build_light(original, bound, call, kind, sig.parameters)
+                built, module = self._build_light(original, bound, call, sig.parameters)
                 if built:
                     return module
             try:
@@ -194,7 +194,7 @@ class ExtensionHook(object):
         wrapper._kbox_wrapped = True
         return wrapper
 
-    def _build_light(self, original, bound, call, kind, parameters):
+    def _build_light(self, original, bound, call, parameters):
         """(True, module) when the build with the light header succeeded and
         loaded; (False, None) otherwise, with torch's versioner as it was, so
         that the caller's full build is the one the candidate's call makes
@@ -203,7 +203,7 @@ class ExtensionHook(object):
         A build with CUDA sources also gets per-operator ATen headers in its
         nvcc commands (per_operator_headers.py) in the same try."""
         light_args = light_headers.with_light_include(bound.arguments, self.light_include)
-        per_op = self._prepare_per_operator(kind, bound.arguments, parameters)
+        per_op = self._prepare_per_operator(call, bound.arguments, parameters)
         tails = [[self.light_include]]
         if per_op is not None:
             light_args[_CUDA_FLAGS_ARG] = list(bound.arguments.get(_CUDA_FLAGS_ARG) or []) + \
@@ -231,7 +231,7 @@ class ExtensionHook(object):
             self.per_op_outcomes.append(per_operator_headers.USED)
         return True, module
 
-    def _prepare_per_operator(self, kind, arguments, parameters):
+    def _prepare_per_operator(self, call, arguments, parameters):
         """per_operator_headers.Prepared for a call that builds CUDA sources and
         whose extra_cuda_cflags is a list of strings (anything else is left to
         torch), else None."""
@@ -241,7 +241,7 @@ class ExtensionHook(object):
         if flags is not None and not (isinstance(flags, (list, tuple)) and
                                       all(isinstance(f, str) for f in flags)):
             return None
-        texts = per_operator_headers.cuda_texts(kind, arguments)
+        texts = per_operator_headers.cuda_texts(call["sources"])
         if not texts:
             return None
         try:

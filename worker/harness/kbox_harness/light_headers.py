@@ -57,8 +57,9 @@ def with_light_include(arguments, include_dir=LIGHT_INCLUDE):
 @contextlib.contextmanager
 def versioned_as_asked(ce, name, tails=((LIGHT_INCLUDE,),)):
     """torch's JIT_EXTENSION_VERSIONER hashes the include paths and flags: a
-    build with light_include (or the PCH's directory) would count as changed build conditions, and a later call
-    (or the fallback build) would be named `<name>_v1` where the run stage,
+    build with light_include (or the PCH's directory) would count as changed
+    build conditions, and a later call (or the fallback build) would be named
+    `<name>_v1` where the run stage,
     which sees the candidate's own arguments, expects `<name>`. While the light
     build runs, the versioner hashes the arguments without what the light try
     appended to them (`tails`: its include directory, its nvcc flags), so

@@ -25,6 +25,7 @@ light try.
 import functools
 import os
 import re
+import shutil
 import tempfile
 
 MACRO = "AT_PER_OPERATOR_HEADERS"
@@ -103,25 +104,13 @@ def aten_standin(real_text, operators):
     return "\n".join(out) + "\n"
 
 
-def cuda_texts(kind, arguments):
-    """The CUDA source texts of a load_inline or load call (bound arguments):
-    what nvcc will compile. None when the call builds no CUDA source."""
-    if kind == "load_inline":
-        sources = arguments.get("cuda_sources")
-        if isinstance(sources, str):
-            sources = [sources]
-        if not isinstance(sources, (list, tuple)):
-            return None
-        texts = [s for s in sources if isinstance(s, str)]
-        return texts or None
-    sources = arguments.get("sources")
-    if isinstance(sources, str):
-        sources = [sources]
-    if not isinstance(sources, (list, tuple)):
-        return None
-    texts = []
-    for path in sources:
-        if isinstance(path, str) and path.endswith(_CUDA_SUFFIXES):
+def cuda_texts(sources):
+    """The CUDA source texts nvcc will compile for one call, from the hook's
+    record of its sources (lists of strings: {"cuda_sources": [...]} for
+    load_inline, {"sources": [paths]} for load). None when there are none."""
+    texts = list(sources.get("cuda_sources") or [])
+    for path in sources.get("sources") or []:
+        if path.endswith(_CUDA_SUFFIXES):
             try:
                 with open(path, "r", encoding="utf-8", errors="replace") as f:
                     texts.append(f.read())
@@ -139,7 +128,6 @@ class Prepared(object):
         self.operators = operators  # what the stand-in includes
 
     def close(self):
-        import shutil
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
