@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string_view>
 
@@ -63,6 +64,7 @@ boost::system::result<v1::DaemonConfig, FieldError> ApplyConfigDefaults(v1::Daem
   if (c.compile_workers() == 0) c.set_compile_workers(cores);
   if (c.cpu_run_slots() == 0) c.set_cpu_run_slots(1);
   if (!c.has_infra_retries()) c.set_infra_retries(1);
+  if (!c.has_run_stages_ahead()) c.set_run_stages_ahead(1);
   if (c.compile_time_limit_s() == 0) c.set_compile_time_limit_s(300);
   if (c.default_time_limit_s() == 0) c.set_default_time_limit_s(120);
   if (c.max_time_limit_s() == 0) c.set_max_time_limit_s(900);
@@ -107,6 +109,7 @@ boost::system::result<v1::DaemonConfig, FieldError> ApplyConfigDefaults(v1::Daem
   if (c.compile_workers() > 256) return FieldError{"compile_workers", "must be at most 256"};
   if (c.cpu_run_slots() > 256) return FieldError{"cpu_run_slots", "must be at most 256"};
   if (c.infra_retries() > 3) return FieldError{"infra_retries", "must be at most 3"};
+  if (c.run_stages_ahead() > 3) return FieldError{"run_stages_ahead", "must be at most 3"};
   if (c.default_time_limit_s() > c.max_time_limit_s()) {
     return FieldError{"default_time_limit_s", "must not exceed max_time_limit_s"};
   }
@@ -162,6 +165,7 @@ boost::system::result<CommandLine, FieldError> ParseCommandLine(int argc,
   std::string config_path, listen, python, work_dir, harness_dir;
   std::string api_tokens_file, tls_cert_file, tls_key_file, job_store_dir;
   unsigned cpu_slots = 0, compile_workers = 0, max_in_flight = 0;
+  std::optional<unsigned> stages_ahead;
   std::vector<unsigned> gpus;
   std::vector<std::string> backends;
   po::options_description desc("kboxd: the kbox evaluation daemon\n\nOptions");
@@ -192,6 +196,9 @@ boost::system::result<CommandLine, FieldError> ParseCommandLine(int argc,
       "do not build the light header's precompiled header at start-up; compiles parse it "
       "(docs/compile-speed.md)")(
       "cpu-run-slots", po::value(&cpu_slots), "CPU-backend run stages at once")(
+      "run-stages-ahead", po::value<unsigned>()->notifier([&](unsigned n) { stages_ahead = n; }),
+      "run stages per device that prepare while another job holds it; 0: none "
+      "(docs/run-stages-ahead.md)")(
       "compile-workers", po::value(&compile_workers), "compile stages at once")(
       "max-in-flight-jobs", po::value(&max_in_flight), "jobs accepted at once")(
       "gpu", po::value(&gpus)->multitoken(), "GPU index to use (repeatable); default: all")(
@@ -260,6 +267,7 @@ boost::system::result<CommandLine, FieldError> ParseCommandLine(int argc,
   if (vm.count("no-precompiled-header")) c.set_precompiled_header(false);
   if (vm.count("no-cuda-per-operator-headers")) c.set_cuda_per_operator_headers(false);
   if (cpu_slots) c.set_cpu_run_slots(cpu_slots);
+  if (stages_ahead) c.set_run_stages_ahead(*stages_ahead);
   if (compile_workers) c.set_compile_workers(compile_workers);
   if (max_in_flight) c.set_max_in_flight_jobs(max_in_flight);
   if (!gpus.empty()) {

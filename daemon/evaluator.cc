@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <random>
 #include <system_error>
@@ -126,7 +127,37 @@ bool OnlyBuildDirWritten(const JobWorkspace& ws) {
   return true;
 }
 
+// Each device once per lane: the stage holding the device's turn, and each
+// stage that may prepare ahead of it. Devices first, so jobs spread over the
+// devices before two share one.
+std::vector<uint32_t> Lanes(const std::vector<uint32_t>& devices, uint32_t ahead) {
+  std::vector<uint32_t> lanes;
+  for (uint32_t k = 0; k <= ahead; ++k) lanes.insert(lanes.end(), devices.begin(), devices.end());
+  return lanes;
+}
+
+std::vector<uint32_t> Indices(uint32_t count) {
+  std::vector<uint32_t> ids(count);
+  for (uint32_t i = 0; i < count; ++i) ids[i] = i;
+  return ids;
+}
+
 }  // namespace
+
+Evaluator::LaneName::~LaneName() {
+  if (!owner_) return;
+  std::lock_guard lock(owner_->lane_mu_);
+  owner_->lanes_in_use_[device_] &= ~(1u << index_);
+}
+
+Evaluator::LaneName Evaluator::TakeLane(const std::string& device) {
+  std::lock_guard lock(lane_mu_);
+  uint32_t& used = lanes_in_use_[device];
+  uint32_t index = 0;
+  while (used & (1u << index)) ++index;  // At most 1 + run_stages_ahead leases per device.
+  used |= 1u << index;
+  return LaneName(this, device, index);
+}
 
 Evaluator::Evaluator(const v1::DaemonConfig& config, HostInfo host, std::vector<uint32_t> gpus,
                      const SandboxRuntime& sandbox, Metrics& metrics, BuildCache* build_cache)
@@ -140,8 +171,8 @@ Evaluator::Evaluator(const v1::DaemonConfig& config, HostInfo host, std::vector<
                               .build_jobs = std::max(1u, config.compile_workers())},
               sandbox.settings),
       compile_slots_(SlotPool::Anonymous(config.compile_workers())),
-      cpu_slots_(SlotPool::Anonymous(config.cpu_run_slots())),
-      gpu_slots_(gpus),
+      cpu_slots_(Lanes(Indices(config.cpu_run_slots()), config.run_stages_ahead())),
+      gpu_slots_(Lanes(gpus, config.run_stages_ahead())),
       device_health_(
           gpu_slots_,
           [this](uint32_t gpu) {
@@ -350,7 +381,10 @@ void Evaluator::PublishGauges() const {
   metrics_.SetQueueDepth("run_cpu", cpu_slots_.waiting());
   metrics_.SetQueueDepth("run_gpu", gpu_slots_.waiting());
   metrics_.SetCompileSlots(compile_slots_.busy(), compile_slots_.idle());
-  metrics_.SetRunSlots("cpu", cpu_slots_.busy(), cpu_slots_.idle(), 0);
+  // Slots, not lanes: a slot is busy while any stage holds or prepares for it.
+  size_t cpu_busy = 0;
+  for (uint32_t slot = 0; slot < config_.cpu_run_slots(); ++slot) cpu_busy += cpu_slots_.IsBusy(slot);
+  metrics_.SetRunSlots("cpu", cpu_busy, config_.cpu_run_slots() - cpu_busy, 0);
   for (uint32_t gpu : gpus_) {
     const bool busy = gpu_slots_.IsBusy(gpu);
     const bool healthy = device_health_.Healthy(gpu);
@@ -483,40 +517,112 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
   flight.reset();
 
   const auto queued = Clock::now();
-  auto device = gpu_backend ? gpu_slots_.Acquire(tenant) : cpu_slots_.Acquire(tenant);
-  durations->set_queue_wait_ms(MsBetween(queued, Clock::now()));
-  trace.queued = true;
+  SlotPool& lanes = gpu_backend ? gpu_slots_ : cpu_slots_;
+  DeviceTurns& turns = gpu_backend ? gpu_turns_ : cpu_turns_;
+  StageOutcome ran;
+  std::string reference_key;
+  // A stage prepared ahead whose turn was withdrawn (its GPU left service
+  // while it waited) queues again for a lane.
+  for (;;) {
+    auto device = lanes.Acquire(tenant);
+    const uint32_t slot = device.slot();
+    const double lane_wait_ms = MsBetween(queued, Clock::now());
+    durations->set_queue_wait_ms(lane_wait_ms);
+    trace.queued = true;
+    if (hold_back() || shutting_down()) return;
 
-  if (hold_back() || shutting_down()) return;
-  StagePlacement placement;
-  placement.cancel = &cancelled_;
-  if (gpu_backend) {
-    // Same arch list as the build: load_inline re-derives its flags in the
-    // run stage, and different flags would make ninja rebuild on the GPU.
-    placement.cuda_arch = cuda_arch_list_;
-    placement.gpu = device.slot();
-    result.mutable_fingerprint()->set_device_index(device.slot());
-  }
-  placement.run_slot = (gpu_backend ? "gpu" : "cpu") + std::to_string(device.slot());
-  placement.wall_limit = std::chrono::seconds(settings.time_limit_s());
-  placement.mask_toolchain = settings.backend() != v1::BACKEND_TRITON;
-  v1::StageSpec run_spec = MakeSpec(*ws, settings, v1::STAGE_RUN, checked.report.kernel_names);
-  const std::string reference_key = OfferCachedReference(
-      request, settings, gpu_backend ? std::optional<uint32_t>(device.slot()) : std::nullopt, run_spec);
-  StageOutcome ran = runner_.Run(*ws, run_spec, placement);
-  durations->set_run_ms(ran.process.wall_ms);
-  trace.ran = true;
-  ApplyRunStage(ran, result, &trace.cause);
-  if (gpu_backend && trace.cause.device_suspect) {
-    device_health_.Quarantine(device.slot(), "job " + result.job_id() + ": " + result.message());
-  } else if (gpu_backend && MayHaveBrokenTheDevice(result.status())) {
-    // Still holding the slot: the next job on this GPU starts only after the
-    // probe passed (or finds the GPU quarantined and waits for another).
-    const bool passed = !device_health_
-                             .CheckNow(device.slot(), "after job " + result.job_id() + " (" +
-                                                          v1::Status_Name(result.status()) + ")")
-                             .has_value();
-    metrics_.RecordDeviceProbe(device.slot(), passed);
+    const std::string device_name = (gpu_backend ? "gpu" : "cpu") + std::to_string(slot);
+    const LaneName lane = TakeLane(device_name);
+    StagePlacement placement;
+    placement.cancel = &cancelled_;
+    if (gpu_backend) {
+      // Same arch list as the build: load_inline re-derives its flags in the
+      // run stage, and different flags would make ninja rebuild on the GPU.
+      placement.cuda_arch = cuda_arch_list_;
+      placement.gpu = slot;
+      result.mutable_fingerprint()->set_device_index(slot);
+    }
+    // Each lane has its own zygote: a zygote serves one stage at a time.
+    placement.run_slot = lane.name();
+    placement.wall_limit = std::chrono::seconds(settings.time_limit_s());
+    placement.mask_toolchain = settings.backend() != v1::BACKEND_TRITON;
+    v1::StageSpec run_spec = MakeSpec(*ws, settings, v1::STAGE_RUN, checked.report.kernel_names);
+    reference_key = OfferCachedReference(
+        request, settings, gpu_backend ? std::optional<uint32_t>(slot) : std::nullopt, run_spec);
+
+    // The device's turn (docs/run-stages-ahead.md). With stages ahead, the
+    // stage starts now and its judge waits on the gate before the
+    // candidate's code loads; the turn comes when the job ahead has ended
+    // (and its device probe, if any, passed).
+    std::unique_ptr<TurnGate> gate;
+    if (config_.run_stages_ahead() > 0) {
+      gate = std::make_unique<TurnGate>();
+      if (auto error = gate->Open(ws->home_dir() / "kbox_turn", options.owner_uid, options.owner_gid)) {
+        result.set_status(v1::INFRA_ERROR);
+        result.set_message("cannot prepare the job's device turn: " + *error);
+        trace.cause.infra = InfraCause::kWorkspace;
+        return;
+      }
+      run_spec.set_device_turn_path(gate->path().string());
+      placement.turn_granted_ns = gate->granted_ns();
+      // Each stage ahead may run to the longest time limit, plus its probe.
+      placement.turn_wait_limit =
+          std::chrono::seconds((config_.max_time_limit_s() + 60) * config_.run_stages_ahead());
+    }
+    const auto started = Clock::now();
+    TurnGate* const gate_ptr = gate.get();
+    const DeviceTurns::Ticket turn = turns.Enqueue(slot, [this, gate_ptr, gpu_backend, slot] {
+      if (!gate_ptr) return;
+      // A GPU quarantined by the job ahead: this job goes back to the queue.
+      if (gpu_backend && !device_health_.Healthy(slot)) {
+        gate_ptr->Withdraw();
+      } else {
+        gate_ptr->Give();
+      }
+    });
+    ran = runner_.Run(*ws, run_spec, placement);
+    if (gate && gate->withdrawn()) {
+      std::cerr << "kboxd: job " << result.job_id() << ": " << device_name
+                << " left service before its turn; queueing it again" << std::endl;
+      continue;
+    }
+    double waited_ms = 0;
+    if (gate && gate->given()) {
+      const auto granted = Clock::time_point(std::chrono::nanoseconds(gate->granted_ns()->load()));
+      waited_ms = std::max(0.0, MsBetween(started, granted));
+    }
+    double run_ms = ran.process.wall_ms - waited_ms;
+    if (gate && gate->given() && ran.report && ran.report->set_up_again()) {
+      // Set-up failed before the turn (the job then holding the device may
+      // have filled its memory): once more, now holding the turn.
+      run_spec.clear_device_turn_path();
+      placement.turn_granted_ns = nullptr;
+      ran = runner_.Run(*ws, run_spec, placement);
+      run_ms += ran.process.wall_ms;
+    }
+    durations->set_queue_wait_ms(lane_wait_ms + waited_ms);
+    durations->set_run_ms(std::max(0.0, run_ms));
+    trace.ran = true;
+    ApplyRunStage(ran, result, &trace.cause);
+    if (gate && !gate->given() && ran.process.end == ProcessOutcome::End::kTimedOut) {
+      result.set_status(v1::INFRA_ERROR);
+      result.set_message("the job's run stage waited longer than " +
+                         std::to_string(placement.turn_wait_limit.count() / 1000) +
+                         " s for its turn on " + device_name + "; retry it");
+      trace.cause.infra = InfraCause::kHarnessTimeout;
+    }
+    if (gpu_backend && trace.cause.device_suspect) {
+      device_health_.Quarantine(slot, "job " + result.job_id() + ": " + result.message());
+    } else if (gpu_backend && MayHaveBrokenTheDevice(result.status())) {
+      // Still holding the turn: the next job on this GPU starts only after
+      // the probe passed (or finds the GPU quarantined and queues again).
+      const bool passed = !device_health_
+                               .CheckNow(slot, "after job " + result.job_id() + " (" +
+                                                   v1::Status_Name(result.status()) + ")")
+                               .has_value();
+      metrics_.RecordDeviceProbe(slot, passed);
+    }
+    break;
   }
   if (ran.report) {
     const static_check::CheckReport graded = GradeRunFindings(ran.report->verdicts(), anticheat);

@@ -8,11 +8,14 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "daemon/device_health.h"
+#include "daemon/device_turns.h"
 #include "daemon/host_probe.h"
 #include "daemon/metrics.h"
 #include "daemon/precompiled_header.h"
@@ -24,6 +27,7 @@
 #include "policy/static_check/anticheat_profile.h"
 #include "worker/build_cache.h"
 #include "worker/stage_runner.h"
+#include "worker/turn_gate.h"
 
 namespace kbox {
 
@@ -102,6 +106,23 @@ class Evaluator {
   // casts doubt on the whole run.
   void RecordReferenceTiming(const std::string& key, const v1::EvaluateResult& result,
                              const v1::StageReport* report);
+  // A lane's name for its zygote ("gpu0", then "gpu0.1", ...): the lowest
+  // index not in use on the device, given back when destroyed.
+  class LaneName {
+   public:
+    LaneName(Evaluator* owner, std::string device, uint32_t index)
+        : owner_(owner), device_(std::move(device)), index_(index) {}
+    LaneName(const LaneName&) = delete;
+    ~LaneName();
+    std::string name() const { return index_ == 0 ? device_ : device_ + "." + std::to_string(index_); }
+
+   private:
+    Evaluator* owner_;
+    std::string device_;
+    uint32_t index_;
+  };
+  LaneName TakeLane(const std::string& device);
+
   void RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSettings& settings,
               const static_check::AnticheatProfile& anticheat, const std::string& tenant,
               const std::string& workspace, v1::EvaluateResult& result, JobTrace& trace,
@@ -113,8 +134,15 @@ class Evaluator {
   Metrics& metrics_;
   StageRunner runner_;
   SlotPool compile_slots_;
+  // Run lanes: each CPU run slot and each GPU once per stage that may hold
+  // or prepare for it (1 + run_stages_ahead); docs/run-stages-ahead.md.
   SlotPool cpu_slots_;
   SlotPool gpu_slots_;
+  // Whose turn it is on each device (exclusive, in order of asking).
+  DeviceTurns cpu_turns_;
+  DeviceTurns gpu_turns_;
+  std::mutex lane_mu_;
+  std::map<std::string, uint32_t> lanes_in_use_;  // Device name -> bit per lane index.
   DeviceHealth device_health_;  // Takes broken GPUs out of gpu_slots_.
   std::vector<uint32_t> gpus_;
   std::string cuda_arch_list_;  // TORCH_CUDA_ARCH_LIST covering every GPU in use.

@@ -54,7 +54,8 @@ std::string DeviceLabel(std::optional<uint32_t> gpu) {
 }
 
 std::string DeviceOfSlot(const std::string& slot) {
-  return slot.starts_with("gpu") ? slot : "cpu";
+  // A lane's zygote is named after its device plus ".N" (run_stages_ahead).
+  return slot.starts_with("gpu") ? slot.substr(0, slot.find('.')) : "cpu";
 }
 
 std::string BackendLabel(v1::Backend backend) {

@@ -39,6 +39,13 @@ struct ProcessSpec {
   // When set and it becomes true, the group is killed and the run ends as
   // kCancelled within kCancelPollInterval (kboxd's shutdown deadline).
   const std::atomic<bool>* cancel = nullptr;
+  // A run stage prepared ahead of its device turn (docs/run-stages-ahead.md):
+  // while this holds 0 the job waits for the device and wall_limit has not
+  // begun; kboxd stores the turn's steady_clock time (nanoseconds since its
+  // epoch) when it gives the turn, and wall_limit counts from then. The wait
+  // itself may last up to turn_wait_limit. Null: wall_limit counts from fork.
+  const std::atomic<int64_t>* turn_granted_ns = nullptr;
+  std::chrono::milliseconds turn_wait_limit{0};
 };
 
 // How often a running process checks ProcessSpec::cancel.

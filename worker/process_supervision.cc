@@ -43,13 +43,23 @@ void RecordWaitStatus(int status, ProcessOutcome& out) {
 
 void SuperviseProcess(const ProcessSpec& spec, Clock::time_point start, Fd output_r, Fd result_r,
                       const MainProcess& main, ProcessOutcome& out) {
-  const auto deadline = start + spec.wall_limit;
   std::optional<Clock::time_point> drain_deadline;
   bool main_exited = false;
   std::array<char, 64 * 1024> buffer;
+  // Before its device turn, a stage prepared ahead may wait as long as
+  // turn_wait_limit; from the turn on, wall_limit applies.
+  const bool waits_for_turn = spec.turn_granted_ns != nullptr;
+  auto deadline = start + spec.wall_limit + (waits_for_turn ? spec.turn_wait_limit : Clock::duration{});
+  bool turn_seen = !waits_for_turn;
 
   while (output_r.get() >= 0 || result_r.get() >= 0 || !main_exited) {
     const auto now = Clock::now();
+    if (!turn_seen) {
+      if (const int64_t granted = spec.turn_granted_ns->load(); granted != 0) {
+        turn_seen = true;
+        deadline = Clock::time_point(std::chrono::nanoseconds(granted)) + spec.wall_limit;
+      }
+    }
     const auto limit = drain_deadline ? std::min(*drain_deadline, deadline) : deadline;
     if (now >= limit) {
       if (!main_exited) {
@@ -70,7 +80,7 @@ void SuperviseProcess(const ProcessSpec& spec, Clock::time_point start, Fd outpu
     }
     auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(limit - now) +
                 std::chrono::milliseconds(1);
-    if (spec.cancel) wait = std::min(wait, kCancelPollInterval);
+    if (spec.cancel || !turn_seen) wait = std::min(wait, kCancelPollInterval);
     const auto wait_ms = wait.count();
     if (::poll(fds.data(), fds.size(), static_cast<int>(wait_ms)) < 0) {
       if (errno == EINTR) continue;

@@ -96,6 +96,8 @@ ProcessSpec StageRunner::BuildProcessSpec(const JobWorkspace& ws, const std::str
   p.cwd = ws.home_dir().string();
   p.wall_limit = placement.wall_limit;
   p.cancel = placement.cancel;
+  p.turn_granted_ns = placement.turn_granted_ns;
+  p.turn_wait_limit = placement.turn_wait_limit;
   p.max_output_bytes = settings_.max_output_bytes;
   return p;
 }
@@ -243,6 +245,9 @@ std::optional<std::string> StageRunner::WriteSecret(const JobWorkspace& ws, uint
   // it) and readable by that uid only. The spec files sit in the read-only
   // source directory, which the candidate's process can read.
   path = (ws.home_dir() / "kbox_secret.json").string();
+  // A stage run again (set_up_again) finds the first one's file when its
+  // judge failed before deleting it; unlink never follows a link.
+  ::unlink(path.c_str());
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return "cannot create " + path;
   const std::string text = "{\"seed\": \"" + std::to_string(seed) + "\"}\n";

@@ -60,6 +60,10 @@ struct StagePlacement {
   std::chrono::milliseconds wall_limit{60'000};
   // Shutdown flag; see ProcessSpec::cancel.
   const std::atomic<bool>* cancel = nullptr;
+  // A run stage prepared ahead of its device turn; see
+  // ProcessSpec::turn_granted_ns (StageSpec.device_turn_path is its FIFO).
+  const std::atomic<int64_t>* turn_granted_ns = nullptr;
+  std::chrono::milliseconds turn_wait_limit{0};
   // Extra read-only paths for this stage.
   std::vector<std::string> extra_ro_paths;
   // Hide the C/CUDA toolchain (SandboxSettings::run_masked_paths) from a run

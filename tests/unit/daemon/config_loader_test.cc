@@ -135,6 +135,21 @@ TEST(ConfigLoaderTest, InfraRetriesDefaultsToOneAndZeroTurnsThemOff) {
   EXPECT_EQ(config->infra_retries(), 0u);
 }
 
+TEST(ConfigLoaderTest, RunStagesAheadDefaultsToOneAndTheFlagSetsIt) {
+  auto config = ApplyConfigDefaults(v1::DaemonConfig(), 4);
+  ASSERT_TRUE(config);
+  EXPECT_EQ(config->run_stages_ahead(), 1u);
+  const auto off = Parse({"--run-stages-ahead", "0"});
+  ASSERT_TRUE(off) << off.error().message;
+  config = ApplyConfigDefaults(off->config, 4);
+  ASSERT_TRUE(config);
+  EXPECT_TRUE(config->has_run_stages_ahead());
+  EXPECT_EQ(config->run_stages_ahead(), 0u);
+  const auto two = Parse({"--run-stages-ahead", "2"});
+  ASSERT_TRUE(two) << two.error().message;
+  EXPECT_EQ(two->config.run_stages_ahead(), 2u);
+}
+
 TEST(ConfigLoaderTest, ZeroCoresMeansOneCompileWorker) {
   const auto config = ApplyConfigDefaults(v1::DaemonConfig(), 0);
   ASSERT_TRUE(config);
@@ -211,6 +226,7 @@ TEST(ConfigLoaderTest, RejectsOutOfBoundsCounts) {
       {&v1::DaemonConfig::set_max_correctness_trials, 10'001, "max_correctness_trials"},
       {&v1::DaemonConfig::set_max_log_bytes, (1u << 20) + 1, "max_log_bytes"},
       {&v1::DaemonConfig::set_infra_retries, 4, "infra_retries"},
+      {&v1::DaemonConfig::set_run_stages_ahead, 4, "run_stages_ahead"},
       {&v1::DaemonConfig::set_reference_cache_max_entries, 1'000'001, "reference_cache_max_entries"},
       {&v1::DaemonConfig::set_reference_cache_ttl_s, 30 * 86400 + 1, "reference_cache_ttl_s"},
   };

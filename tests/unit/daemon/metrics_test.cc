@@ -256,6 +256,9 @@ TEST(MetricsTest, LabelHelpers) {
   EXPECT_EQ(DeviceLabel(3), "gpu3");
   EXPECT_EQ(DeviceOfSlot("cpu1"), "cpu");
   EXPECT_EQ(DeviceOfSlot("gpu2"), "gpu2");
+  // A lane's zygote (run_stages_ahead) counts for its device.
+  EXPECT_EQ(DeviceOfSlot("gpu2.1"), "gpu2");
+  EXPECT_EQ(DeviceOfSlot("cpu0.1"), "cpu");
   EXPECT_EQ(BackendLabel(v1::BACKEND_TRITON), "triton");
   EXPECT_EQ(BackendLabel(v1::BACKEND_CPU), "cpu");
 }

@@ -321,3 +321,69 @@ TEST(ProcessRunnerTest, DescribeEndCoversEveryEnd) {
 
 }  // namespace
 }  // namespace kbox
+
+namespace kbox {
+namespace {
+
+using namespace std::chrono_literals;
+
+int64_t SteadyNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// A stage prepared ahead of its device turn: waiting for the turn does not
+// use up its wall limit, which counts from the turn.
+TEST(ProcessRunnerTest, WallLimitCountsFromTheTurn) {
+  std::atomic<int64_t> granted{0};
+  ProcessSpec spec;
+  spec.argv = {"/bin/sleep", "1.5"};
+  spec.wall_limit = 1000ms;
+  spec.turn_granted_ns = &granted;
+  spec.turn_wait_limit = 10s;
+  std::thread giver([&] {
+    std::this_thread::sleep_for(1000ms);  // Longer than the wall limit.
+    granted.store(SteadyNowNs());
+  });
+  const ProcessOutcome out = RunProcess(spec);
+  giver.join();
+  EXPECT_EQ(out.end, ProcessOutcome::End::kExited) << DescribeEnd(out);
+  EXPECT_EQ(out.exit_code, 0);
+}
+
+TEST(ProcessRunnerTest, WallLimitAfterTheTurnStillKills) {
+  std::atomic<int64_t> granted{0};
+  ProcessSpec spec;
+  spec.argv = {"/bin/sleep", "30"};
+  spec.wall_limit = 500ms;
+  spec.turn_granted_ns = &granted;
+  spec.turn_wait_limit = 10s;
+  std::thread giver([&] {
+    std::this_thread::sleep_for(300ms);
+    granted.store(SteadyNowNs());
+  });
+  const ProcessOutcome out = RunProcess(spec);
+  giver.join();
+  EXPECT_EQ(out.end, ProcessOutcome::End::kTimedOut);
+  EXPECT_GE(out.wall_ms, 800);
+  EXPECT_LT(out.wall_ms, 5000);
+}
+
+// A turn that never comes: the stage ends at its wait limit plus its wall
+// limit, never later.
+TEST(ProcessRunnerTest, TurnThatNeverComesEndsTheStage) {
+  std::atomic<int64_t> granted{0};
+  ProcessSpec spec;
+  spec.argv = {"/bin/sleep", "30"};
+  spec.wall_limit = 300ms;
+  spec.turn_granted_ns = &granted;
+  spec.turn_wait_limit = 700ms;
+  const ProcessOutcome out = RunProcess(spec);
+  EXPECT_EQ(out.end, ProcessOutcome::End::kTimedOut);
+  EXPECT_GE(out.wall_ms, 1000);
+  EXPECT_LT(out.wall_ms, 5000);
+}
+
+}  // namespace
+}  // namespace kbox

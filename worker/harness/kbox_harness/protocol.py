@@ -87,6 +87,7 @@ class StageSpec(object):
         self.live_recheck_speedup = _float(d.get("live_recheck_speedup")) or DEFAULT_LIVE_RECHECK_SPEEDUP
         self.fresh_reference_timing = bool(d.get("fresh_reference_timing", False))
         self.launch_probe_library = str(d.get("launch_probe_library") or "")
+        self.device_turn_path = str(d.get("device_turn_path") or "")
         self.reference_cache_max_relative_ci = _float(d.get("reference_cache_max_relative_ci")) or \
             DEFAULT_CACHE_MAX_RELATIVE_CI
 

@@ -62,6 +62,7 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         self.files = 0
         self.ref_sample = None  # (inputs, reference output) of trial 0, for the floor
         self.tolerances = {}  # atol per input set (_tolerance)
+        self.turn_fd = None  # The device turn's FIFO (_await_turn), when prepared ahead.
 
     # -- running client code ------------------------------------------------
     def call(self, fn, *args):
@@ -217,6 +218,8 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         self.child = candidate_worker.CandidateProcess(self.pipe.fd)
         self._timed("fork_candidate", t0)
         try:
+            # Opened after the fork: the candidate's process never holds it.
+            self.turn_fd = _open_turn(self.spec.device_turn_path)
             self.seed = read_secret(self.spec)
             # The device's part comes once the candidate's process is setting
             # up (_run): asking for it initialises CUDA here, which would
@@ -243,6 +246,8 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
             self._device_memory_held(hog)
         finally:
             self.pipe.enter(HARNESS)
+            if self.turn_fd is not None:
+                os.close(self.turn_fd)
             self.child.close()
             self._take_findings(None)
             if self.exchange_dir:
@@ -338,7 +343,10 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         torch.cuda.synchronize(self.device)
         del x, y
 
-    def _run(self):
+    def _set_up(self):
+        """Everything before the candidate's code loads: both processes' CUDA
+        start, the reference's import, the strict filter. Returns the
+        reference's (Model, get_inputs, get_init_inputs)."""
         spec = self.spec
         # The candidate's process sets itself up while this one does.
         t0 = timing.now_ms()
@@ -347,7 +355,7 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
             self._init_cuda()
         self.report["fingerprint"].update(fingerprint.device(self.device))
         t1 = timing.now_ms()
-        Model, get_inputs, get_init_inputs = self.call(_load_reference, spec.reference_path)
+        loaded = self.call(_load_reference, spec.reference_path)
         self._timed("import_reference", t1)
         if spec.strict_seccomp_bpf:
             t1 = timing.now_ms()
@@ -356,6 +364,42 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         setup = self.receive(HARNESS)
         self.phase_ms.update(setup.get("phase_ms") or {})
         self._timed("setup", t0)
+        return loaded
+
+    def _await_turn(self):
+        """A stage prepared ahead (docs/run-stages-ahead.md) waits here for
+        the device: nothing of the candidate has run, and nothing of it runs
+        before kboxd's byte arrives. End of file: kboxd withdrew the turn."""
+        if self.turn_fd is None:
+            return
+        t0 = timing.now_ms()
+        try:
+            got = os.read(self.turn_fd, 1)
+        finally:
+            os.close(self.turn_fd)
+            self.turn_fd = None
+        self._timed("turn_wait", t0)
+        if not got:
+            self.report.update(outcome="HARNESS_FAILED",
+                               message="kboxd withdrew the device's turn before the candidate ran")
+            raise judging.StageEnd()
+
+    def _run(self):
+        spec = self.spec
+        if self.turn_fd is None:
+            Model, get_inputs, get_init_inputs = self._set_up()
+        else:
+            try:
+                Model, get_inputs, get_init_inputs = self._set_up()
+            except Exception as e:
+                # Before the turn another job holds the device (and may have
+                # filled its memory): kboxd runs the stage again, holding it.
+                self._await_turn()
+                self.pipe.enter(HARNESS)
+                self.report.update(outcome="HARNESS_FAILED", set_up_again=True, message=errors.one_line(
+                    "set-up failed before the device's turn: %s" % errors.exception_line(e)))
+                raise judging.StageEnd()
+            self._await_turn()
 
         imported = self.ask(dict({"op": "import"}, **self._audit_roots()))
         self.phase_ms["import_candidate"] = float(imported.get("import_ms") or 0.0)
@@ -600,6 +644,16 @@ def _candidate_holds_device_memory(exc):
     return ("the judge ran out of GPU memory while the candidate's process held "
             "%.1f of the GPU's %.1f GiB: a candidate that takes the device's memory cannot be "
             "judged" % (others / gib, total / gib))
+
+
+def _open_turn(path):
+    """The read end of kboxd's turn FIFO, or None without one. kboxd holds
+    the FIFO open read-write, so this open never blocks; the read blocks."""
+    if not path:
+        return None
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    os.set_blocking(fd, True)
+    return fd
 
 
 def _remove(path):

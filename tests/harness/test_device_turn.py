@@ -1,0 +1,128 @@
+"""A run stage prepared ahead of its device turn (docs/run-stages-ahead.md):
+the judge sets up, then waits on kboxd's FIFO; nothing of the candidate runs
+before the byte arrives; end of file ends the stage; a set-up failure before
+the turn waits for the turn and asks to be run again."""
+import os
+import threading
+import time
+
+from test_stages import Job, _check
+
+# Writes the moment its module is imported (CLOCK_MONOTONIC is one clock for
+# every process) into the job's home, then behaves like ModelNew of
+# cand_dyn_honest.py.
+CANDIDATE = '''
+import os
+import time
+
+import torch.nn as nn
+
+with open(os.path.join(os.environ["HOME"], "imported_at"), "w") as f:
+    f.write(repr(time.monotonic()))
+
+
+class ModelNew(nn.Module):
+    def __init__(self, scale):
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, x):
+        return x.clamp_min(0.0) * self.scale
+'''
+
+# Fails at import, before any turn: the failure set-up meets when the job
+# holding the device took its memory.
+REFERENCE_FAILING_AT_IMPORT = "raise RuntimeError('no memory left on the device')\n"
+
+
+def _job(tmp_path, reference=None):
+    job = Job(tmp_path, "cand_dyn_honest.py")
+    with open(os.path.join(job.root, "candidate.py"), "w") as f:
+        f.write(CANDIDATE)
+    if reference is not None:
+        with open(os.path.join(job.root, "reference.py"), "w") as f:
+            f.write(reference)
+    fifo = os.path.join(job.root, "home", "kbox_turn")
+    os.mkfifo(fifo, 0o600)
+    # kboxd's end: read-write, so the judge's open never blocks.
+    kboxd_end = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
+    return job, fifo, kboxd_end
+
+
+def _imported_at(job):
+    path = os.path.join(job.root, "home", "imported_at")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return float(f.read())
+
+
+def _after(seconds, action):
+    timer = threading.Timer(seconds, action)
+    timer.start()
+    return timer
+
+
+def test_candidate_loads_only_after_the_turn(tmp_path):
+    job, fifo, kboxd_end = _job(tmp_path)
+    seen = {}
+
+    def give():
+        seen["imported_before_turn"] = _imported_at(job)
+        seen["given_at"] = time.monotonic()
+        os.write(kboxd_end, b"g")
+
+    timer = _after(3.0, give)
+    try:
+        report = _check(job.run("STAGE_RUN", device_turn_path=fifo), "OK")
+    finally:
+        timer.cancel()
+        os.close(kboxd_end)
+    assert seen["imported_before_turn"] is None
+    assert _imported_at(job) > seen["given_at"]
+    phases = report["phase_ms"]
+    # Set-up finished well before the turn; the wait is its own phase.
+    assert phases["turn_wait"] > 1000, phases
+    assert phases["setup"] < 3000, phases
+
+
+def test_withdrawn_turn_ends_the_stage_before_the_candidate(tmp_path):
+    job, fifo, kboxd_end = _job(tmp_path)
+    timer = _after(1.0, lambda: os.close(kboxd_end))
+    try:
+        report = _check(job.run("STAGE_RUN", device_turn_path=fifo), "HARNESS_FAILED")
+    finally:
+        timer.join()
+    assert "withdrew" in report["message"]
+    assert not report.get("set_up_again")
+    assert _imported_at(job) is None
+
+
+def test_set_up_failing_before_the_turn_asks_to_run_again(tmp_path):
+    job, fifo, kboxd_end = _job(tmp_path, REFERENCE_FAILING_AT_IMPORT)
+    given = {}
+
+    def give():
+        given["at"] = time.monotonic()
+        os.write(kboxd_end, b"g")
+
+    timer = _after(2.0, give)
+    try:
+        report = _check(job.run("STAGE_RUN", device_turn_path=fifo), "HARNESS_FAILED")
+        ended = time.monotonic()
+    finally:
+        timer.cancel()
+        os.close(kboxd_end)
+    assert report["set_up_again"] is True
+    assert "before the device's turn" in report["message"]
+    # It waited for the turn: the stage run again must not meet the job
+    # that held the device.
+    assert ended > given["at"]
+    assert _imported_at(job) is None
+
+
+def test_set_up_failing_without_a_turn_is_the_reference_error(tmp_path):
+    job, _, kboxd_end = _job(tmp_path, REFERENCE_FAILING_AT_IMPORT)
+    os.close(kboxd_end)
+    report = _check(job.run("STAGE_RUN"), "REFERENCE_FAILED")
+    assert not report.get("set_up_again")

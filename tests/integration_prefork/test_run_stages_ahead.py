@@ -1,0 +1,96 @@
+"""Run stages prepared ahead (docs/run-stages-ahead.md) end to end: two jobs
+sent at once to a kboxd with one CPU run slot and run_stages_ahead 1 (the
+default). The second job's run stage must set up (its reference imported)
+while the first job's candidate still runs, and its candidate must load only
+after the first job's run stage ended; its wait counts as queueing, not as
+its run. Once with fork+exec run stages, once through the zygotes.
+
+Its own daemons: tests/integration's autouse job table would submit dozens of
+unrelated jobs."""
+import concurrent.futures
+import os
+import re
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+import kbox_it as it  # noqa: E402
+
+CONFIG = it.SMALL_JOBS_CONFIG + "cpu_run_slots: 1\n"
+
+# Each prints a stamp (wall clock: the same for every process on the host) at
+# the moments the test compares; kboxd returns the stages' output tail.
+REFERENCE = '''
+import time
+import torch
+import torch.nn as nn
+
+print("REF_IMPORTED %.6f" % time.time(), flush=True)
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(8, 8)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+# Slow on purpose: the first job must still run while the second sets up.
+CANDIDATE = '''
+import time
+import torch.nn as nn
+
+print("CAND_IMPORTED %.6f" % time.time(), flush=True)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        time.sleep(2.5)
+        out = x.clamp_min(0.0)
+        print("FORWARD_END %.6f" % time.time(), flush=True)
+        return out
+'''
+
+
+def last_stamp(result, marker):
+    stamps = re.findall(marker + r" ([0-9.]+)", result.get("output_tail", ""))
+    assert stamps, (marker, it.describe(result), result.get("output_tail"))
+    return float(stamps[-1])
+
+
+@pytest.mark.parametrize("mode", ["fork_exec", "prefork"])
+def test_second_job_sets_up_during_the_first_and_loads_after_it(mode):
+    flags = ["--preforked-run-stage"] if mode == "prefork" else []
+    with it.own_kboxd("kbox-ahead-it-", CONFIG, flags) as (_, port, _):
+        def evaluate(name):
+            payload = {"reference_source": REFERENCE, "candidate_source": CANDIDATE,
+                       "backend": "BACKEND_CPU", "client_request_id": "ahead-%s-%s" % (mode, name),
+                       "measure_performance": False, "correctness_trials": 2,
+                       "anticheat_profile": "off"}
+            reply = it.post_json(port, payload, timeout=600)
+            assert reply.status == 200, reply.text
+            return reply.json()
+
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            results = list(pool.map(evaluate, ["a", "b"]))
+        for r in results:
+            assert r["status"] == "CORRECT", it.describe(r)
+        first, second = sorted(results, key=lambda r: last_stamp(r, "CAND_IMPORTED"))
+        first_done = last_stamp(first, "FORWARD_END")
+        # Set up while the first job's candidate ran...
+        assert last_stamp(second, "REF_IMPORTED") < first_done, (first, second)
+        # ...but none of its candidate's code ran before the first job ended.
+        assert last_stamp(second, "CAND_IMPORTED") > first_done, (first, second)
+        # Waiting for the turn is queueing; the run excludes it.
+        waited_s = last_stamp(second, "CAND_IMPORTED") - last_stamp(second, "REF_IMPORTED")
+        assert second["durations"]["queue_wait_ms"] >= 1000 * waited_s * 0.5, second["durations"]
+        assert second["durations"]["run_ms"] < 1000 * (
+            last_stamp(second, "FORWARD_END") - last_stamp(second, "REF_IMPORTED")), \
+            second["durations"]

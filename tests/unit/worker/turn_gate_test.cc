@@ -1,0 +1,99 @@
+#include "worker/turn_gate.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+namespace kbox {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TurnGateTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("kbox-turn-gate-" + std::to_string(::getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // The judge's end, opened as the harness opens it.
+  int OpenReader(const fs::path& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd >= 0) ::fcntl(fd, F_SETFL, 0);
+    return fd;
+  }
+  // Whether a read would not block now.
+  static bool Readable(int fd) {
+    pollfd p{fd, POLLIN, 0};
+    return ::poll(&p, 1, 0) == 1;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(TurnGateTest, ReaderWaitsUntilTheTurnIsGiven) {
+  TurnGate gate;
+  ASSERT_FALSE(gate.Open(dir_ / "turn").has_value());
+  struct stat st {};
+  ASSERT_EQ(::stat((dir_ / "turn").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  const int reader = OpenReader(dir_ / "turn");
+  ASSERT_GE(reader, 0);
+  EXPECT_FALSE(Readable(reader));  // kboxd's end is open: no end-of-file either.
+  EXPECT_FALSE(gate.given());
+  EXPECT_EQ(gate.granted_ns()->load(), 0);
+  gate.Give();
+  EXPECT_TRUE(gate.given());
+  EXPECT_GT(gate.granted_ns()->load(), 0);
+  char byte = 0;
+  EXPECT_EQ(::read(reader, &byte, 1), 1);
+  EXPECT_EQ(byte, 'g');
+  gate.Give();  // Once only.
+  EXPECT_FALSE(Readable(reader));
+  gate.Withdraw();  // After the turn: nothing to withdraw.
+  EXPECT_FALSE(gate.withdrawn());
+  ::close(reader);
+}
+
+TEST_F(TurnGateTest, WithdrawGivesTheReaderEndOfFile) {
+  TurnGate gate;
+  ASSERT_FALSE(gate.Open(dir_ / "turn").has_value());
+  const int reader = OpenReader(dir_ / "turn");
+  ASSERT_GE(reader, 0);
+  gate.Withdraw();
+  EXPECT_TRUE(gate.withdrawn());
+  char byte = 0;
+  EXPECT_EQ(::read(reader, &byte, 1), 0);
+  gate.Give();  // Withdrawn: no turn after all.
+  EXPECT_FALSE(gate.given());
+  ::close(reader);
+}
+
+TEST_F(TurnGateTest, RemovesItsFifoAndRefusesAnExistingPath) {
+  {
+    TurnGate gate;
+    ASSERT_FALSE(gate.Open(dir_ / "turn").has_value());
+    EXPECT_TRUE(fs::exists(dir_ / "turn"));
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "turn"));
+  // A file planted where the FIFO goes is never reused.
+  fs::create_symlink("/etc/passwd", dir_ / "turn");
+  TurnGate gate;
+  const auto error = gate.Open(dir_ / "turn");
+  ASSERT_TRUE(error.has_value());
+  EXPECT_NE(error->find("mkfifo"), std::string::npos) << *error;
+  EXPECT_TRUE(fs::is_symlink(dir_ / "turn"));  // Left alone, not unlinked by its destructor.
+}
+
+}  // namespace
+}  // namespace kbox

@@ -1,0 +1,59 @@
+#pragma once
+
+// kboxd's end of a run stage's device turn (docs/run-stages-ahead.md): a FIFO
+// in the job's home. The stage's judge opens it after forking the
+// candidate's process (so that process never holds it) and, once set-up is
+// done, reads one byte before the candidate's code loads. kboxd writes the
+// byte when the device is the job's (Give), or closes its end instead
+// (Withdraw: the judge reads end-of-file and ends the stage).
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "worker/unique_fd.h"
+
+namespace kbox {
+
+class TurnGate {
+ public:
+  TurnGate() = default;
+  ~TurnGate();
+  TurnGate(const TurnGate&) = delete;
+  TurnGate& operator=(const TurnGate&) = delete;
+
+  // Creates the FIFO at `path` (mode 0600, owned by `owner` when given: the
+  // sandbox's user) and opens kboxd's end read-write, so that the judge's
+  // open never blocks and its read sees end-of-file once this end closes.
+  // Returns why not on failure.
+  std::optional<std::string> Open(const std::filesystem::path& path,
+                                  std::optional<uid_t> owner_uid = std::nullopt,
+                                  std::optional<gid_t> owner_gid = std::nullopt);
+
+  // The turn is the job's: stores the time (steady_clock, ns since its
+  // epoch; the stage's wall limit counts from it) and writes the byte.
+  void Give();
+  // No turn after all: closes kboxd's end. Once only; Give after it, or it
+  // after Give, does nothing.
+  void Withdraw();
+
+  const std::filesystem::path& path() const { return path_; }
+  // 0 until Give.
+  const std::atomic<int64_t>* granted_ns() const { return &granted_ns_; }
+  bool given() const { return granted_ns_.load() != 0; }
+  bool withdrawn() const { return withdrawn_.load(); }
+
+ private:
+  std::filesystem::path path_;
+  std::mutex mu_;
+  Fd fd_;
+  std::atomic<int64_t> granted_ns_{0};
+  std::atomic<bool> withdrawn_{false};
+};
+
+}  // namespace kbox
