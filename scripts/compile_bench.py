@@ -60,6 +60,9 @@ def _child(mode, path, build_dir, pch_dir=""):
                                             per_operator=mode != "light").install()
     spec = importlib.util.spec_from_file_location("kbox_bench_candidate", path)
     module = importlib.util.module_from_spec(spec)
+    # This process's CPU before the build: the interpreter and torch's import.
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    cpu_before_build = before.ru_utime + before.ru_stime
     t0 = time.perf_counter()
     error = ""
     try:
@@ -74,12 +77,19 @@ def _child(mode, path, build_dir, pch_dir=""):
         light += "+cuda:" + hook.per_operator_summary()
     if hook is not None and hook.failure is not None and not error:
         error = "build failed"
-    print(json.dumps({"seconds": seconds, "light": light, "error": error}))
+    print(json.dumps({"seconds": seconds, "light": light, "error": error,
+                      "cpu_before_build": cpu_before_build}))
 
 
-def _build_once(mode, path, python, pch_dir=""):
+def _build_once(mode, path, python, pch_dir="", profile=None):
+    """One cold build. profile: (directory, tag) to keep where its time went
+    (nvcc's --time table and ninja's log, PROFILE below)."""
     with tempfile.TemporaryDirectory(prefix="kbox-compile-bench-") as build_dir:
         env = dict(os.environ, TORCH_EXTENSIONS_DIR=build_dir, MAX_JOBS="2")
+        if profile:
+            # nvcc appends one row per phase of each of its runs.
+            env["NVCC_APPEND_FLAGS"] = (env.get("NVCC_APPEND_FLAGS", "") + " --time " +
+                                        os.path.join(profile[0], profile[1] + ".nvcc.csv")).strip()
         out_path, err_path = os.path.join(build_dir, "out.txt"), os.path.join(build_dir, "err.txt")
         with open(out_path, "w") as out, open(err_path, "w") as err:
             proc = subprocess.Popen([python, os.path.abspath(__file__), "--child", mode, path,
@@ -93,6 +103,9 @@ def _build_once(mode, path, python, pch_dir=""):
             stdout = f.read()
         with open(err_path) as f:
             stderr = f.read()
+        if profile:
+            for log in glob.glob(os.path.join(build_dir, "**", ".ninja_log"), recursive=True):
+                shutil.copy(log, os.path.join(profile[0], profile[1] + ".ninja_log"))
     cpu = usage.ru_utime + usage.ru_stime
     lines = [l for l in stdout.splitlines() if l.startswith("{")]
     if proc.returncode != 0 or not lines:
@@ -101,6 +114,36 @@ def _build_once(mode, path, python, pch_dir=""):
     result = json.loads(lines[-1])
     result["cpu"] = cpu  # the whole child process, torch's import included
     return result
+
+
+PROFILE_HEAD = "%-40s %-5s %6s %6s  %s" % ("candidate", "mode", "cpu", "import", "steps (s)")
+
+
+def _profile_line(name, mode, result, directory, tag):
+    """Where one build's time went: the process tree's CPU, the part spent
+    before the build (interpreter and torch), ninja's targets (wall of each
+    compiler run: single-threaded, so about its CPU) and nvcc's phases summed
+    over its runs."""
+    steps = []
+    log = os.path.join(directory, tag + ".ninja_log")
+    if os.path.exists(log):
+        with open(log) as f:
+            for line in f:
+                parts = line.split("\t")
+                if len(parts) >= 4 and not line.startswith("#"):
+                    steps.append("%s %.1f" % (os.path.basename(parts[3]), (int(parts[1]) - int(parts[0])) / 1e3))
+    phases = {}
+    table = os.path.join(directory, tag + ".nvcc.csv")
+    if os.path.exists(table):
+        with open(table) as f:
+            for row in f:
+                cells = [c.strip() for c in row.split(",")]
+                if len(cells) >= 8 and cells[7] == "ms":
+                    phases[cells[1]] = phases.get(cells[1], 0.0) + float(cells[6]) / 1e3
+    nvcc = ", ".join("%s %.1f" % (k, v) for k, v in sorted(phases.items(), key=lambda kv: -kv[1]))
+    return "%-40s %-5s %6.1f %6.1f  ninja: %s | nvcc: %s" % (
+        name[-40:], mode, result["cpu"], result.get("cpu_before_build", float("nan")),
+        "; ".join(steps) or "-", nvcc or "-")
 
 
 def _cpu_bench_candidates(count, shared, out_dir):
@@ -152,6 +195,11 @@ def main():
                    help="builds at once (default 1; each runs at most 2 compiler processes)")
     p.add_argument("--pch", action="store_true",
                    help="a third mode: kbox with the light header's precompiled header")
+    p.add_argument("--modes", help="comma-separated subset of plain,light,kbox,pch to build "
+                                   "(plain is always built: the ratios are against it)")
+    p.add_argument("--profile", metavar="DIR",
+                   help="keep each build's nvcc --time table and ninja log in DIR and print "
+                        "where each build's time went")
     args = p.parse_args()
 
     paths = list(args.candidates)
@@ -167,6 +215,13 @@ def main():
         p.error("no candidates: pass files, --few-shot, --corpus or --cpu-bench")
 
     modes = ["plain", "light", "kbox"] + (["pch"] if args.pch else [])
+    if args.modes:
+        asked = args.modes.split(",")
+        if "pch" in asked and not args.pch:
+            p.error("--modes pch needs --pch")
+        modes = ["plain"] + [m for m in modes[1:] if m in asked]
+    if args.profile:
+        os.makedirs(args.profile, exist_ok=True)
     pch_dir = ""
     if args.pch:
         pch_dir = _build_pch(args.python, tempfile.mkdtemp(prefix="kbox-compile-bench-pch-"))
@@ -183,8 +238,12 @@ def main():
     # round after round, the modes alternating.
     order = [(path, mode) for path in paths for _ in range(args.rounds) for mode in modes]
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        futures = [pool.submit(_build_once, mode, path, args.python, pch_dir)
-                   for path, mode in order]
+        tags = ["%s-%s-%d" % (os.path.basename(os.path.dirname(path)) + "_" +
+                              os.path.splitext(os.path.basename(path))[0], mode, k)
+                for k, (path, mode) in enumerate(order)]
+        futures = [pool.submit(_build_once, mode, path, args.python, pch_dir,
+                               (args.profile, tag) if args.profile else None)
+                   for (path, mode), tag in zip(order, tags)]
         results = {}
         for (path, mode), future in zip(order, futures):
             results.setdefault(path, []).append((mode, future))
@@ -215,6 +274,12 @@ def main():
                 ratios[mode][1].append(r_cpu)
         print(line + "  %s%s" % (",".join(sorted(light)) or "-",
                                  ("  ERRORS " + "; ".join(errors)) if errors else ""), flush=True)
+    if args.profile:
+        print("# where each build's time went (CPU-s of the process tree; import: before the build)")
+        print(PROFILE_HEAD)
+        for (path, mode), tag, future in zip(order, tags, futures):
+            print(_profile_line(os.path.relpath(path, os.path.dirname(os.path.dirname(path))), mode,
+                                future.result(), args.profile, tag))
     if pch_dir:
         shutil.rmtree(os.path.dirname(pch_dir), ignore_errors=True)  # ~760 MB
     for mode, (r_wall, r_cpu) in ratios.items():

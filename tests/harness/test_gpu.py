@@ -58,11 +58,21 @@ def test_cuda_per_operator_headers(tmp_path, fixture, outcome):
     assert result["message"].startswith("correct on"), result["message"]
 
 
+def _as_kboxd(tmp_path, backend):
+    """The sandbox settings kboxd gives a run stage of `backend`: Triton under
+    the strict filter with ptxas in the broker (set-up warms Triton's one-time
+    processes: its ldconfig and ptxas would otherwise start from candidate
+    code, which the audit hook refuses)."""
+    if backend != "BACKEND_TRITON":
+        return {}
+    return {"strict_seccomp_bpf": _strict(tmp_path), "ptxas_path": _triton_ptxas()}
+
+
 def test_fp16_precision(tmp_path):
     # Inputs and models are cast to fp16; the Triton kernel follows the dtype.
     job = Job(tmp_path, "cand_triton_add.py", reference="ref_gpu_add.py")
     report = _check(_run(job, "STAGE_RUN", "BACKEND_TRITON", precision="PRECISION_FP16",
-                         atol=1e-2, rtol=1e-2), "OK")
+                         atol=1e-2, rtol=1e-2, **_as_kboxd(tmp_path, "BACKEND_TRITON")), "OK")
     assert len(report["trials"]) == 3
 
 
@@ -77,7 +87,7 @@ def test_nvcc_error_names_candidate_line(tmp_path):
 def test_triton_run_ok(tmp_path):
     job = Job(tmp_path, "cand_triton_add.py", reference="ref_gpu_add.py")
     _check(_run(job, "STAGE_COMPILE", "BACKEND_TRITON"), "OK")
-    report = _check(_run(job, "STAGE_RUN", "BACKEND_TRITON"), "OK")
+    report = _check(_run(job, "STAGE_RUN", "BACKEND_TRITON", **_as_kboxd(tmp_path, "BACKEND_TRITON")), "OK")
     assert report["fingerprint"]["triton_version"]
 
 
@@ -210,8 +220,7 @@ def test_cupti_probe_sees_the_candidates_kernel(tmp_path, fixture, backend):
     _check(_run(job, "STAGE_COMPILE", backend), "OK")
     # As kboxd runs them: Triton under the strict filter, ptxas in the broker
     # (set-up warms Triton's one-time processes; candidate code starts none).
-    sandbox = {} if backend == "BACKEND_CUDA" else {"strict_seccomp_bpf": _strict(tmp_path),
-                                                    "ptxas_path": _triton_ptxas()}
+    sandbox = _as_kboxd(tmp_path, backend)
     probe_ms = {}
     for library in ("", _PROBE_LIBRARY):
         report = _check(_run(job, "STAGE_RUN", backend, candidate_kernels=["add_kernel"],
@@ -234,3 +243,23 @@ def test_cupti_probe_miss_is_confirmed_by_the_profiler(tmp_path):
                          launch_probe_library=_PROBE_LIBRARY), "OK")
     assert "run.kernel-not-launched" in _rules(report), report.get("verdicts")
     assert "dynamic_probe_confirm" in report["phase_ms"]
+
+
+def test_exchange_through_pinned_memory(tmp_path):
+    # GPU tensors leave through pinned memory and a load to the GPU reads the
+    # file into pinned memory (exchange.PINNED_MAX_BYTES); the bits are the
+    # same as the CPU path's, a transposed view and a conjugate included.
+    from kbox_harness import exchange
+    g = torch.Generator(device="cuda").manual_seed(7)
+    out = torch.randn(257, 129, device="cuda", generator=g)
+    z = torch.randn(33, device="cuda", dtype=torch.complex64, generator=g).conj()
+    obj = {"out": out.t(), "z": z, "ints": torch.arange(7, device="cuda"), "k": 3}
+    assert exchange._pinned((4,), torch.float32).is_pinned()
+    path = str(tmp_path / "x.kbt")
+    exchange.save(path, obj)
+    back = exchange.load(path, device=torch.device("cuda"))
+    assert back["out"].is_cuda and torch.equal(back["out"], out.t())
+    assert torch.equal(back["z"], z.resolve_conj()) and back["k"] == 3
+    assert torch.equal(back["ints"], torch.arange(7, device="cuda"))
+    cpu = exchange.load(path)
+    assert torch.equal(cpu["out"], out.t().cpu()) and not cpu["out"].is_pinned()

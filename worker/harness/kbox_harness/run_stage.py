@@ -308,6 +308,25 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
     def _timed(self, name, t0):
         self.phase_ms[name] = timing.now_ms() - t0
 
+    def _summed(self, name, t0):
+        """Adds the time since t0 to phase `name` (a step of every trial)."""
+        self.phase_ms[name] = self.phase_ms.get(name, 0.0) + (timing.now_ms() - t0)
+        return timing.now_ms()
+
+    def _candidate_steps(self, reply):
+        """Adds what the candidate's process says its forward's steps took
+        (load, forward, save) to the trial_candidate_* phases. Diagnostics
+        only: the figures come from a process candidate code ran in, so
+        anything but a finite number from 0 to an hour is left out."""
+        steps = reply.get("steps_ms")
+        if not isinstance(steps, dict):
+            return
+        for step in ("load", "forward", "save"):
+            ms = steps.get(step)
+            if isinstance(ms, (int, float)) and not isinstance(ms, bool) and 0.0 <= ms <= 3.6e6:
+                name = "trial_candidate_" + step
+                self.phase_ms[name] = self.phase_ms.get(name, 0.0) + float(ms)
+
     def _child_spec(self):
         """The spec the candidate's process gets: no seed, nothing of the reference's."""
         spec = self.spec
@@ -432,8 +451,10 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         t0 = timing.now_ms()
         first = None  # (input file, candidate output, atol) of trial 0
         try:
+            prepared = None
             for i in range(spec.correctness_trials):
-                result, cand_out, atol, in_file = self._trial(i, ref_model, get_inputs)
+                result, cand_out, atol, in_file, prepared = self._trial(
+                    i, ref_model, get_inputs, prepared, prepare_next=i + 1 < spec.correctness_trials)
                 self.trials.append(result)
                 if i == 0 and result["passed"]:
                     first = (in_file, cand_out, atol)
@@ -514,29 +535,68 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         self.tolerances[input_set] = atol
         return atol
 
-    def _trial(self, i, ref_model, get_inputs):
-        """(TrialResult, candidate output, atol used, input file) of trial i."""
+    def _trial(self, i, ref_model, get_inputs, prepared=None, prepare_next=False):
+        """(TrialResult, candidate output, atol used, input file, the next
+        trial's prepared inputs or None) of trial i.
+
+        prepared: this trial's _trial_inputs, when the previous trial made
+        them while the candidate's process worked. prepare_next: make the
+        next trial's that way (the reference's work then overlaps the
+        candidate's; each process still runs its own forwards in trial
+        order, so every value is what one trial after another gives)."""
+        # Each step's time is summed over the trials into phase_ms
+        # (trial_reference, trial_write, trial_candidate, trial_read,
+        # trial_compare; trial_reference_ahead is the next trial's reference
+        # work done while waiting; the candidate's own split in
+        # trial_candidate_*).
         seed = judging.trial_seed(self.seed, i)
-        name, x, ref_in, ref_out = self._trial_inputs(i, get_inputs, ref_model)
+        t = timing.now_ms()
+        if isinstance(prepared, _Deferred) or prepared is None:
+            # Made ahead and failed (maybe only for the memory the previous
+            # trial still held): made again here, as without the overlap.
+            prepared = self._trial_inputs(i, get_inputs, ref_model)
+        name, x, ref_in, ref_out = prepared
+        del prepared
         if i == 0:
             self.ref_sample = (x, ref_out)
         ref_kept = dynamic_checks.same_values(ref_in, x)
+        t = self._summed("trial_reference", t)
         in_file = self.write(x, "trial")
         out_file = self.new_file("out")
-        reply = self.ask({"op": "forward", "inputs": in_file, "out": out_file})
+        t = self._summed("trial_write", t)
+        self.send({"op": "forward", "inputs": in_file, "out": out_file})
+        # While the candidate's process works: this trial's tolerance (it
+        # depends on the reference's output alone) and the next trial's
+        # reference. kboxd is told it is this process's turn meanwhile
+        # (HARNESS, REFERENCE inside call()), so a fault here is never the
+        # candidate's; the candidate's hang is caught in receive(), where
+        # the judge waits as CANDIDATE.
+        self.pipe.enter(HARNESS)
         atol = self._tolerance(ref_out, ("trial", i))
+        following = None
+        if prepare_next and _bytes_of(x, ref_out) <= _OVERLAP_MAX_BYTES:
+            try:
+                following = self._trial_inputs(i + 1, get_inputs, ref_model)
+            except Exception as e:  # its turn comes after this trial's verdict
+                following = _Deferred(e)
+        t = self._summed("trial_reference_ahead", t)
+        reply = self.receive()
+        t = self._summed("trial_candidate", t)
+        self._candidate_steps(reply)
         cand_out, broken = self._candidate_output(reply, out_file, ref_in, ref_out)
+        t = self._summed("trial_read", t)
         if broken is None and cand_out is not None:
             result = self._compare(ref_out, cand_out["out"], atol)
-            cand_in = cand_out["inputs"]
+            cand_in = cand_out["inputs"] if "inputs" in cand_out else x
             if not dynamic_checks.same_values(cand_in, x) and not dynamic_checks.same_values(cand_in, ref_in):
                 broken = "candidate changed its inputs (the reference leaves them as they were)" \
                     if ref_kept else "candidate changed its inputs differently from the reference"
                 self.findings.add("run.input-mutation", broken)
+        self._summed("trial_compare", t)
         if broken is not None:
             result = judging.failed(broken)
         result = dict(result, seed=seed, distribution=name)
-        return result, (cand_out or {}).get("out"), atol, in_file
+        return result, (cand_out or {}).get("out"), atol, in_file, following
 
     def _candidate_output(self, reply, out_file, ref_in, ref_out, with_inputs=True):
         """({"out", "inputs"} read back ({"out"} without with_inputs), why the
@@ -546,7 +606,11 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
             self.findings.add("run.output-contract", broken)
             return None, broken
         data = self.read_candidate(out_file)
-        if not isinstance(data, dict) or "out" not in data or (with_inputs and "inputs" not in data):
+        # Inputs the candidate's process found unchanged (inputs_kept) do not
+        # travel back: the trial then takes the judge's own copy for them.
+        inputs_missing = with_inputs and "inputs" not in (data if isinstance(data, dict) else {}) \
+            and reply.get("inputs_kept") is not True
+        if not isinstance(data, dict) or "out" not in data or inputs_missing:
             return None, "the candidate's output file could not be read"
         aliases = reply.get("aliases") or []
         ref_ptrs = {dynamic_checks.storage_ptr(t) for t in dynamic_checks.tensors(ref_in)}
@@ -644,6 +708,25 @@ def _candidate_holds_device_memory(exc):
     return ("the judge ran out of GPU memory while the candidate's process held "
             "%.1f of the GPU's %.1f GiB: a candidate that takes the device's memory cannot be "
             "judged" % (others / gib, total / gib))
+
+
+# A trial's inputs and reference output up to this size let the next
+# trial's be made while the candidate's process works (RunStage._trial):
+# both trials' tensors are then on the device at once.
+_OVERLAP_MAX_BYTES = 512 << 20
+
+
+class _Deferred(object):
+    """The next trial's inputs could not be made ahead: that trial makes
+    them again in its turn, where a failure is reported as it would have
+    been without the overlap."""
+
+    def __init__(self, exc):
+        self.exc = exc
+
+
+def _bytes_of(*objs):
+    return sum(t.numel() * t.element_size() for o in objs for t in dynamic_checks.tensors(o))
 
 
 def _open_turn(path):

@@ -1,0 +1,143 @@
+"""Correctness trials overlap the judge's reference work with the candidate's
+forward (RunStage._trial): the next trial's inputs and reference output are
+made while the candidate's process runs this trial. Verdicts must be those of
+one trial after another: a failure of the work done ahead is reported in its
+own trial's turn, after the trial before has been judged. And inputs the
+candidate's process found unchanged do not travel back to the judge."""
+import os
+import sys
+
+import torch
+
+from test_stages import Job, _check
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "worker", "harness"))
+from kbox_harness import candidate_worker, exchange, run_stage  # noqa: E402
+
+# Counts its forwards; the third (trial 2's, made during trial 1's wait)
+# raises.
+REFERENCE_THIRD_CALL_RAISES = '''
+import torch
+import torch.nn as nn
+
+calls = [0]
+
+
+class Model(nn.Module):
+    def __init__(self, scale):
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, x):
+        calls[0] += 1
+        if calls[0] >= 3:
+            raise ValueError("reference failed on its third call")  # REF-THIRD
+        return torch.relu(x) * self.scale
+
+
+def get_inputs():
+    return [torch.randn(32, 256)]
+
+
+def get_init_inputs():
+    return [2.0]
+'''
+
+# Right on its first forward (trial 0), raises on its second (trial 1).
+CANDIDATE_SECOND_CALL_RAISES = '''
+import torch
+import torch.nn as nn
+
+calls = [0]
+
+
+class ModelNew(nn.Module):
+    def __init__(self, scale):
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, x):
+        calls[0] += 1
+        if calls[0] >= 2:
+            raise ValueError("candidate failed on its second call")
+        return torch.relu(x) * self.scale
+'''
+
+
+def _job(tmp_path, candidate_fixture="cand_dyn_honest.py", candidate=None, reference=None):
+    job = Job(tmp_path, candidate_fixture)
+    for name, text in (("candidate.py", candidate), ("reference.py", reference)):
+        if text is not None:
+            with open(os.path.join(job.root, name), "w") as f:
+                f.write(text)
+    return job
+
+
+def test_trial_one_fails_before_the_reference_made_ahead_for_trial_two(tmp_path):
+    # Trial 2's reference fails while the candidate's process runs trial 1,
+    # which then fails: one trial after another, trial 1's failure comes
+    # first, so it is the verdict.
+    job = _job(tmp_path, candidate=CANDIDATE_SECOND_CALL_RAISES, reference=REFERENCE_THIRD_CALL_RAISES)
+    report = _check(job.run("STAGE_RUN"), "CANDIDATE_FAILED")
+    assert "second call" in report["error"]["message"]
+
+
+def test_reference_failing_ahead_is_reported_in_its_own_trial(tmp_path):
+    job = _job(tmp_path, reference=REFERENCE_THIRD_CALL_RAISES)
+    result = job.run("STAGE_RUN")
+    report = _check(result, "REFERENCE_FAILED")
+    assert "third call" in report["error"]["message"]
+    assert 'File "reference.py", line 16' in report["error"]["traceback"]
+    # Trials 0 and 1 were judged (and passed) before trial 2's failure.
+    assert [t["passed"] for t in report["trials"]] == [True, True]
+    assert result.parties[-2:] == ["REFERENCE", "HARNESS"]
+
+
+def test_honest_trials_overlap_and_pass(tmp_path):
+    report = _check(_job(tmp_path).run("STAGE_RUN"), "OK")
+    phases = report["phase_ms"]
+    assert len(report["trials"]) == 3 and all(t["passed"] for t in report["trials"])
+    # The next trial's reference was made while waiting, twice in three trials.
+    assert phases["trial_reference_ahead"] > 0
+    for step in ("load", "forward", "save"):
+        assert phases["trial_candidate_" + step] >= 0
+
+
+def test_inputs_changed_by_forward_still_travel_back(tmp_path):
+    # cand_dyn_mutates writes into its input: the copy taken before forward
+    # differs, so the inputs go back and the judge flags the mutation.
+    report = _check(_job(tmp_path, "cand_dyn_mutates.py").run("STAGE_RUN"), "INCORRECT")
+    assert any(v["rule_id"] == "run.input-mutation" for v in report["verdicts"])
+    assert "changed its inputs" in report["trials"][0]["failure"]
+
+
+def test_inputs_are_copied_only_up_to_the_limit(monkeypatch):
+    x = [torch.ones(16, 16), 3]
+    copy = candidate_worker._copy_if_small(x)
+    assert copy[1] == 3 and torch.equal(copy[0], x[0]) and copy[0].data_ptr() != x[0].data_ptr()
+    monkeypatch.setattr(candidate_worker, "INPUT_COPY_MAX_BYTES", 16 * 16 * 4 - 1)
+    assert candidate_worker._copy_if_small(x) is None
+
+
+class _Stage(object):
+    """Enough of RunStage for _candidate_output."""
+    findings = None
+
+    def __init__(self, tmp_path):
+        from kbox_harness import dynamic_checks
+        self.findings = dynamic_checks.Findings()
+        self.device = torch.device("cpu")
+
+    read_candidate = run_stage.RunStage.read_candidate
+
+
+def test_an_output_without_inputs_needs_the_inputs_kept_reply(tmp_path):
+    stage = _Stage(tmp_path)
+    x = [torch.ones(4)]
+    for reply, readable in (({"inputs_kept": True}, True), ({}, False), ({"inputs_kept": 1}, False)):
+        path = str(tmp_path / "out.kbt")
+        exchange.save(path, {"out": x[0] * 2})
+        data, broken = run_stage.RunStage._candidate_output(stage, reply, path, x, x[0] * 2)
+        assert (broken is None) == readable, (reply, broken)
+        if readable:
+            assert "inputs" not in data and torch.equal(data["out"], x[0] * 2)
