@@ -3,6 +3,7 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -142,7 +143,12 @@ void HttpServer::Stop() {
 
 asio::awaitable<void> HttpServer::AcceptLoop() {
   while (acceptor_.is_open()) {
-    auto [ec, socket] = co_await acceptor_.async_accept(kUseTuple);
+    // Each connection on a strand of its own: with io_threads > 1 the
+    // session's coroutine and its stream's timeout timer (which closes the
+    // socket) would otherwise run on two threads at once, a data race that
+    // crashed kboxd in epoll_reactor::deregister_descriptor under an idle-
+    // connection flood (docs/reliability.md).
+    auto [ec, socket] = co_await acceptor_.async_accept(asio::make_strand(io_), kUseTuple);
     if (ec) {
       if (ec == asio::error::operation_aborted) co_return;
       continue;  // EMFILE and friends: keep serving the connections we have.
@@ -150,7 +156,8 @@ asio::awaitable<void> HttpServer::AcceptLoop() {
     if (open_connections_.load() >= limits_.max_connections) {
       if (tls_ != nullptr && tls_refusals_.load() < kMaxTlsRefusals) {
         ++tls_refusals_;
-        asio::co_spawn(io_, RefuseTls(std::move(socket)),
+        auto executor = socket.get_executor();
+        asio::co_spawn(executor, RefuseTls(std::move(socket)),
                        [this](std::exception_ptr) { --tls_refusals_; });
       } else {
         Refuse(std::move(socket));
@@ -158,7 +165,8 @@ asio::awaitable<void> HttpServer::AcceptLoop() {
       continue;
     }
     ++open_connections_;
-    asio::co_spawn(io_, Session(std::move(socket)), [this](std::exception_ptr) {
+    auto executor = socket.get_executor();
+    asio::co_spawn(executor, Session(std::move(socket)), [this](std::exception_ptr) {
       --open_connections_;
     });
   }
