@@ -350,6 +350,11 @@ v1::EvaluateResult Evaluator::Evaluate(const v1::EvaluateRequest& request,
     // A job held back by a drain is not retried: it runs after the restart.
     if (not_started || result.status() != v1::INFRA_ERROR || !RetryableInfraCause(trace.cause.infra) ||
         gpu_suspect || attempt >= config_.infra_retries() || cancelled_.load()) {
+      // kbox's own failure, final: the operator's log says why.
+      if (result.status() == v1::INFRA_ERROR && !not_started) {
+        std::cerr << "kboxd: job " << result.job_id() << " ended INFRA_ERROR ("
+                  << InfraCauseName(trace.cause.infra) << "): " << result.message() << std::endl;
+      }
       break;
     }
     std::cerr << "kboxd: job " << result.job_id() << " ended INFRA_ERROR ("
@@ -597,6 +602,7 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
       // have filled its memory): once more, now holding the turn.
       run_spec.clear_device_turn_path();
       placement.turn_granted_ns = nullptr;
+      placement.run_again = true;
       ran = runner_.Run(*ws, run_spec, placement);
       run_ms += ran.process.wall_ms;
     }

@@ -282,6 +282,9 @@ StageOutcome StageRunner::Run(const JobWorkspace& ws, const v1::StageSpec& given
     return outcome;
   }
   const std::string name = SpecFileName(spec.stage());
+  // Only kboxd writes the source directory (the sandbox binds it read-only),
+  // so the file a stage run again finds is the first run's.
+  if (placement.run_again) ::unlink((ws.src_dir() / name).c_str());
   if (auto error = ws.WriteFile(name, json)) {
     outcome.process.spawn_error = *error;
     return outcome;

@@ -64,6 +64,10 @@ struct StagePlacement {
   // ProcessSpec::turn_granted_ns (StageSpec.device_turn_path is its FIFO).
   const std::atomic<int64_t>* turn_granted_ns = nullptr;
   std::chrono::milliseconds turn_wait_limit{0};
+  // The stage runs again in the same workspace (a run stage whose set-up
+  // failed before its device turn: StageReport.set_up_again): its spec file
+  // is replaced. Otherwise a spec file already there fails the run.
+  bool run_again = false;
   // Extra read-only paths for this stage.
   std::vector<std::string> extra_ro_paths;
   // Hide the C/CUDA toolchain (SandboxSettings::run_masked_paths) from a run

@@ -94,3 +94,49 @@ def test_second_job_sets_up_during_the_first_and_loads_after_it(mode):
         assert second["durations"]["run_ms"] < 1000 * (
             last_stamp(second, "FORWARD_END") - last_stamp(second, "REF_IMPORTED")), \
             second["durations"]
+
+
+# Fails at import the first time (as a reference may when the job holding the
+# device has filled its memory), imports on the second: the judge's home is
+# the same for a stage run again in its workspace.
+REFERENCE_FAILING_ONCE = '''
+import os
+import torch
+import torch.nn as nn
+
+_marker = os.path.join(os.environ["HOME"], "reference_imported_once")
+if not os.path.exists(_marker):
+    open(_marker, "w").close()
+    raise RuntimeError("out of memory while another job held the device")
+print("REF_IMPORTED_AGAIN", flush=True)
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(8, 8)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.parametrize("mode", ["fork_exec", "prefork"])
+def test_set_up_failing_before_the_turn_runs_the_stage_again(mode):
+    # set_up_again: kboxd runs the stage again in the same workspace, holding
+    # the turn (its spec file replaced), and the job gets its true verdict.
+    flags = ["--preforked-run-stage"] if mode == "prefork" else []
+    with it.own_kboxd("kbox-ahead-again-it-", CONFIG, flags) as (_, port, _):
+        payload = {"reference_source": REFERENCE_FAILING_ONCE, "candidate_source": CANDIDATE,
+                   "backend": "BACKEND_CPU", "client_request_id": "ahead-again-%s" % mode,
+                   "measure_performance": False, "correctness_trials": 1,
+                   "anticheat_profile": "off"}
+        reply = it.post_json(port, payload, timeout=600)
+        assert reply.status == 200, reply.text
+        result = reply.json()
+        assert result["status"] == "CORRECT", it.describe(result)
+        assert "REF_IMPORTED_AGAIN" in result.get("output_tail", ""), result.get("output_tail")

@@ -357,5 +357,27 @@ TEST_F(StageRunnerTest, RunRefusesToReuseSpecFile) {
       << outcome.process.spawn_error;
 }
 
+TEST_F(StageRunnerTest, RunAgainReplacesTheFirstRunsSpecFile) {
+  // A run stage whose set-up failed before its device turn runs again in
+  // the same workspace (evaluator.cc, set_up_again).
+  HarnessSettings settings = TestSettings(tmp_.path());
+  settings.python = WriteFakeInterpreter(tmp_.path(),
+                                         "/bin/cp \"$5\" \"$HOME/seen_spec.json\"\n"
+                                         "printf '{\"report\":{\"outcome\":\"OK\"}}\\n' >&3\n")
+                        .string();
+  const StageRunner runner(settings, std::nullopt);
+  v1::StageSpec spec;
+  spec.set_stage(v1::STAGE_RUN);
+  spec.set_device_turn_path("/home/kbox_turn");
+  StagePlacement placement;
+  placement.wall_limit = 30s;
+  ASSERT_TRUE(runner.Run(*ws_, spec, placement).report.has_value());
+  spec.clear_device_turn_path();
+  placement.run_again = true;
+  const StageOutcome again = runner.Run(*ws_, spec, placement);
+  ASSERT_TRUE(again.report.has_value()) << again.process.spawn_error << again.process.output_tail;
+  EXPECT_EQ(ReadAll(ws_->home_dir() / "seen_spec.json").find("kbox_turn"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace kbox
