@@ -263,3 +263,40 @@ def test_exchange_through_pinned_memory(tmp_path):
     assert torch.equal(back["ints"], torch.arange(7, device="cuda"))
     cpu = exchange.load(path)
     assert torch.equal(cpu["out"], out.t().cpu()) and not cpu["out"].is_pinned()
+
+
+# get_inputs that only runs on the CPU: .numpy() of a tensor its factories
+# made (on the GPU under the judge's device context it raises).
+REFERENCE_CPU_ONLY_DRAW = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, a, b):
+        return a + b
+
+
+def get_inputs():
+    a = torch.from_numpy(torch.randn(1000, 1024).numpy())
+    return [a, torch.randn(1000, 1024)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.parametrize("reference", ["device_draw", "cpu_only_draw"])
+def test_inputs_drawn_on_the_device_or_else_on_the_cpu(tmp_path, reference):
+    # The judge draws get_inputs() under the GPU's device context
+    # (RunStage.draw); one that cannot run there is drawn on the CPU. Either
+    # way the trials are judged as usual.
+    job = Job(tmp_path, "cand_cuda_add.py", reference="ref_gpu_add.py")
+    if reference == "cpu_only_draw":
+        with open(os.path.join(job.root, "reference.py"), "w") as f:
+            f.write(REFERENCE_CPU_ONLY_DRAW)
+    _check(_run(job, "STAGE_COMPILE", "BACKEND_CUDA"), "OK")
+    report = _check(_run(job, "STAGE_RUN", "BACKEND_CUDA"), "OK")
+    assert all(t["passed"] for t in report["trials"])
+    assert report["phase_ms"]["draws"] > 0

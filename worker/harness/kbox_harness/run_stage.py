@@ -186,7 +186,25 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         return out
 
     def draw(self, seed, get_inputs):
-        return self.call(lambda: (self.seed_all(seed), list(get_inputs()))[1])
+        """The reference's get_inputs() under `seed`. On a GPU (torch 2.x)
+        its tensor factories make the tensors there, from the GPU's own
+        generator: a draw of megabytes on the CPU and the copy over took
+        tens of milliseconds, many times per job (every trial and timing
+        pool set). The values are other numbers of the same distribution,
+        as secret as before (the seed is). A get_inputs that cannot run so
+        (a CPU-only call, a NumPy round trip) is drawn on the CPU, as
+        KernelBench does. phase_ms "draws" sums their time."""
+        t0 = timing.now_ms()
+        try:
+            if self.device.type == "cuda" and _FACTORIES_FOLLOW_DEVICE:
+                try:
+                    with self.device:
+                        return self.call(lambda: (self.seed_all(seed), list(get_inputs()))[1])
+                except judging.ClientFailed:
+                    pass  # drawn again on the CPU below; a failure there is the reference's
+            return self.call(lambda: (self.seed_all(seed), list(get_inputs()))[1])
+        finally:
+            self._summed("draws", t0)
 
     def new_file(self, tag):
         self.files += 1
@@ -524,7 +542,9 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         tightened atol moves by as much (1 % of the RMS either way)."""
         if input_set in self.tolerances:
             return self.tolerances[input_set]
+        t0 = timing.now_ms()
         found = dynamic_checks.degenerate(ref_out, self.spec.atol, self.spec.rtol)
+        self._summed("degenerate_checks", t0)
         if found is None:
             atol = self.spec.atol
         else:
@@ -709,6 +729,10 @@ def _candidate_holds_device_memory(exc):
             "%.1f of the GPU's %.1f GiB: a candidate that takes the device's memory cannot be "
             "judged" % (others / gib, total / gib))
 
+
+# torch >= 2.0: a torch.device is a context manager under which tensor
+# factories without a device argument make their tensors on it.
+_FACTORIES_FOLLOW_DEVICE = hasattr(torch.device("cpu"), "__enter__")
 
 # A trial's inputs and reference output up to this size let the next
 # trial's be made while the candidate's process works (RunStage._trial):
