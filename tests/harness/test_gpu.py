@@ -93,7 +93,7 @@ def test_triton_run_ok(tmp_path):
 
 def test_async_fault_is_the_candidates(tmp_path):
     job = Job(tmp_path, "cand_cuda_async_fault.py", reference="ref_gpu_add.py")
-    result = _run(job, "STAGE_RUN", "BACKEND_TRITON")
+    result = _run(job, "STAGE_RUN", "BACKEND_TRITON", **_as_kboxd(tmp_path, "BACKEND_TRITON"))
     # Either the fault surfaces at our sync as an exception, or the process
     # dies; in both cases the candidate is the last party announced.
     if result.report is not None:
@@ -123,7 +123,7 @@ def test_cuda_run_under_strict_filter(tmp_path):
     _check(_run(job, "STAGE_COMPILE", "BACKEND_CUDA"), "OK")
     report = _check(_run(job, "STAGE_RUN", "BACKEND_CUDA", strict_seccomp_bpf=bpf), "OK")
     print("cuda strict phase_ms", report["phase_ms"])
-    assert {"cuda_init", "strict_filter"} <= set(report["phase_ms"])
+    assert {"candidate_cuda_init", "strict_filter"} <= set(report["phase_ms"])
 
 
 def test_triton_run_under_strict_filter(tmp_path):
