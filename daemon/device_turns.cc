@@ -4,13 +4,37 @@
 
 namespace kbox {
 
-DeviceTurns::Ticket DeviceTurns::Enqueue(uint32_t device, Give give) {
-  std::lock_guard lock(mu_);
+DeviceTurns::Ticket DeviceTurns::Enqueue(uint32_t device, Give give, bool sets_up) {
+  std::unique_lock lock(mu_);
   auto& queue = queues_[device];
+  // A stage prepared ahead starts CUDA at once: not while the holder times.
+  if (sets_up) quiet_over_.wait(lock, [&] { return !QuietHeld(queue); });
   const uint64_t id = next_id_++;
-  queue.push_back(Entry{id, std::move(give)});
+  queue.push_back(Entry{id, std::move(give), sets_up, nullptr, false});
   if (queue.size() == 1) queue.front().give();
   return Ticket(this, device, id);
+}
+
+DeviceTurns::Entry* DeviceTurns::Find(uint32_t device, uint64_t id) {
+  auto& queue = queues_[device];
+  const auto it = std::find_if(queue.begin(), queue.end(), [&](const Entry& e) { return e.id == id; });
+  return it == queue.end() ? nullptr : &*it;
+}
+
+bool DeviceTurns::QuietHeld(const std::list<Entry>& queue) {
+  return std::any_of(queue.begin(), queue.end(), [](const Entry& e) { return e.quiet; });
+}
+
+void DeviceTurns::GrantQuietIfClear(std::list<Entry>& queue) {
+  if (queue.empty() || !queue.front().quiet_grant) return;
+  const bool clear = std::none_of(std::next(queue.begin()), queue.end(),
+                                  [](const Entry& e) { return e.setting_up; });
+  if (!clear) return;
+  Entry& holder = queue.front();
+  holder.quiet = true;
+  const Give grant = std::move(holder.quiet_grant);
+  holder.quiet_grant = nullptr;
+  grant();
 }
 
 void DeviceTurns::Leave(uint32_t device, uint64_t id) {
@@ -19,8 +43,12 @@ void DeviceTurns::Leave(uint32_t device, uint64_t id) {
   const auto it = std::find_if(queue.begin(), queue.end(), [&](const Entry& e) { return e.id == id; });
   if (it == queue.end()) return;
   const bool held = it == queue.begin();
+  const bool had_quiet = it->quiet;
   queue.erase(it);
   if (held && !queue.empty()) queue.front().give();
+  // One setting up fewer, or a new holder that asked before its turn.
+  GrantQuietIfClear(queue);
+  if (had_quiet) quiet_over_.notify_all();
 }
 
 bool DeviceTurns::Ticket::holds() const {
@@ -28,6 +56,34 @@ bool DeviceTurns::Ticket::holds() const {
   std::lock_guard lock(turns_->mu_);
   const auto& queue = turns_->queues_[device_];
   return !queue.empty() && queue.front().id == id_;
+}
+
+void DeviceTurns::Ticket::SetUpDone() const {
+  if (!turns_) return;
+  std::lock_guard lock(turns_->mu_);
+  if (Entry* e = turns_->Find(device_, id_)) e->setting_up = false;
+  GrantQuietIfClear(turns_->queues_[device_]);
+}
+
+void DeviceTurns::Ticket::AskQuiet(Give grant) const {
+  if (!turns_) return;
+  std::lock_guard lock(turns_->mu_);
+  Entry* e = turns_->Find(device_, id_);
+  if (!e || e->quiet || e->quiet_grant) return;  // Asked once per timing.
+  e->quiet_grant = std::move(grant);
+  GrantQuietIfClear(turns_->queues_[device_]);
+}
+
+void DeviceTurns::Ticket::EndQuiet() const {
+  if (!turns_) return;
+  std::lock_guard lock(turns_->mu_);
+  Entry* e = turns_->Find(device_, id_);
+  if (!e) return;
+  e->quiet_grant = nullptr;
+  if (e->quiet) {
+    e->quiet = false;
+    turns_->quiet_over_.notify_all();
+  }
 }
 
 bool DeviceTurns::Held(uint32_t device) const {

@@ -6,7 +6,15 @@
 // reference's import) and then wait for their turn before the candidate's
 // code loads. Turns are exclusive and given in the order the stages asked;
 // the device's lanes (SlotPool) bound how many stages ask at once.
+//
+// A stage prepared ahead starts CUDA (context, cuBLAS, Triton's warm-up)
+// while another job holds the device, and that work would disturb the
+// holder's timing (a false run.timing-mismatch on a tiny Triton kernel in
+// the GPU suite). So the holder asks for the device to itself before it
+// times (AskQuiet): that is granted once no stage of the device is still
+// setting up, and while it lasts no new stage prepared ahead starts.
 
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <list>
@@ -35,6 +43,16 @@ class DeviceTurns {
     }
     // Whether this ticket holds its device's turn now.
     bool holds() const;
+    // This stage's set-up on the device is over (or failed): a holder's
+    // quiet no longer waits for it.
+    void SetUpDone() const;
+    // The holder is about to time: `grant` runs once (with the turns' lock
+    // held, so it must be quick) when no other stage of the device is
+    // setting up, at once when none is. Asked by a ticket that does not
+    // hold the turn, it waits until the ticket does.
+    void AskQuiet(Give grant) const;
+    // The holder's timing is over: stages prepared ahead may start again.
+    void EndQuiet() const;
 
    private:
     friend class DeviceTurns;
@@ -47,7 +65,10 @@ class DeviceTurns {
 
   // Queues for `device`'s turn; `give` runs once, when the turn is this
   // ticket's (before Enqueue returns when nobody holds or waits for it).
-  Ticket Enqueue(uint32_t device, Give give);
+  // sets_up: the stage sets up on the device before its turn (prepared
+  // ahead) and counts as setting up until SetUpDone or it leaves; such an
+  // Enqueue first waits while the device's holder has its quiet.
+  Ticket Enqueue(uint32_t device, Give give, bool sets_up = false);
 
   // Whether some ticket holds `device`'s turn; tickets waiting for it.
   bool Held(uint32_t device) const;
@@ -57,10 +78,20 @@ class DeviceTurns {
   struct Entry {
     uint64_t id;
     Give give;
+    bool setting_up = false;
+    Give quiet_grant;    // Asked, not yet granted.
+    bool quiet = false;  // Granted, not yet ended.
   };
   void Leave(uint32_t device, uint64_t id);
+  // Entry `id` of `device`, or null. With mu_ held.
+  Entry* Find(uint32_t device, uint64_t id);
+  // Grants the holder's asked quiet when no other entry is setting up.
+  // With mu_ held.
+  static void GrantQuietIfClear(std::list<Entry>& queue);
+  static bool QuietHeld(const std::list<Entry>& queue);
 
   mutable std::mutex mu_;
+  std::condition_variable quiet_over_;
   // Per device, the ticket holding the turn first, then those waiting.
   std::map<uint32_t, std::list<Entry>> queues_;
   uint64_t next_id_ = 1;

@@ -560,15 +560,18 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
     // candidate's code loads; the turn comes when the job ahead has ended
     // (and its device probe, if any, passed).
     std::unique_ptr<TurnGate> gate;
+    const fs::path turn_path = ws->home_dir() / "kbox_turn";
+    const fs::path notes_path = ws->home_dir() / "kbox_turn_notes";
     if (config_.run_stages_ahead() > 0) {
       gate = std::make_unique<TurnGate>();
-      if (auto error = gate->Open(ws->home_dir() / "kbox_turn", options.owner_uid, options.owner_gid)) {
+      if (auto error = gate->Open(turn_path, options.owner_uid, options.owner_gid)) {
         result.set_status(v1::INFRA_ERROR);
         result.set_message("cannot prepare the job's device turn: " + *error);
         trace.cause.infra = InfraCause::kWorkspace;
         return;
       }
-      run_spec.set_device_turn_path(gate->path().string());
+      run_spec.set_device_turn_path(turn_path.string());
+      run_spec.set_device_notes_path(notes_path.string());
       placement.turn_granted_ns = gate->granted_ns();
       // Each stage ahead may run to the longest time limit, plus its probe.
       placement.turn_wait_limit =
@@ -576,16 +579,50 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
     }
     const auto started = Clock::now();
     TurnGate* const gate_ptr = gate.get();
-    const DeviceTurns::Ticket turn = turns.Enqueue(slot, [this, gate_ptr, gpu_backend, slot] {
-      if (!gate_ptr) return;
-      // A GPU quarantined by the job ahead: this job goes back to the queue.
-      if (gpu_backend && !device_health_.Healthy(slot)) {
-        gate_ptr->Withdraw();
-      } else {
-        gate_ptr->Give();
+    // A stage prepared ahead counts as setting up on the device until its
+    // judge's 'r'; Enqueue waits while the holder times (device_turns.h).
+    const DeviceTurns::Ticket turn = turns.Enqueue(
+        slot,
+        [this, gate_ptr, gpu_backend, slot] {
+          if (!gate_ptr) return;
+          // A GPU quarantined by the job ahead: this job goes back to the queue.
+          if (gpu_backend && !device_health_.Healthy(slot)) {
+            gate_ptr->Withdraw();
+          } else {
+            gate_ptr->Give();
+          }
+        },
+        /*sets_up=*/gate != nullptr);
+    // The judge's notes move its ticket: set-up over, quiet asked, quiet over.
+    const auto notes_of = [&turn](TurnGate* g) {
+      return [&turn, g](char note) {
+        if (note == 'r') {
+          turn.SetUpDone();
+        } else if (note == 'q') {
+          turn.AskQuiet([g] { g->GiveQuiet(); });
+        } else if (note == 'd') {
+          turn.EndQuiet();
+        }
+      };
+    };
+    // The notes' reader calls into `turn`: it stops before `turn` goes,
+    // however this scope is left.
+    struct NotesStopper {
+      std::unique_ptr<TurnGate>& gate;
+      ~NotesStopper() {
+        if (gate) gate->StopNotes();
       }
-    });
+    } stop_notes{gate};
+    if (gate) {
+      if (auto error = gate->OpenNotes(notes_path, options.owner_uid, options.owner_gid, notes_of(gate.get()))) {
+        result.set_status(v1::INFRA_ERROR);
+        result.set_message("cannot prepare the job's device turn: " + *error);
+        trace.cause.infra = InfraCause::kWorkspace;
+        return;
+      }
+    }
     ran = runner_.Run(*ws, run_spec, placement);
+    if (gate) gate->StopNotes();
     if (gate && gate->withdrawn()) {
       std::cerr << "kboxd: job " << result.job_id() << ": " << device_name
                 << " left service before its turn; queueing it again" << std::endl;
@@ -599,11 +636,26 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
     double run_ms = ran.process.wall_ms - waited_ms;
     if (gate && gate->given() && ran.report && ran.report->set_up_again()) {
       // Set-up failed before the turn (the job then holding the device may
-      // have filled its memory): once more, now holding the turn.
-      run_spec.clear_device_turn_path();
-      placement.turn_granted_ns = nullptr;
+      // have filled its memory): once more, now holding the turn. The first
+      // judge unlinked its FIFOs: the stage run again gets new ones, the
+      // turn given at once, its notes to the same ticket (its quiet too).
+      gate.reset();
+      gate = std::make_unique<TurnGate>();
+      auto error = gate->Open(turn_path, options.owner_uid, options.owner_gid);
+      if (!error) {
+        gate->Give();
+        error = gate->OpenNotes(notes_path, options.owner_uid, options.owner_gid, notes_of(gate.get()));
+      }
+      if (error) {
+        result.set_status(v1::INFRA_ERROR);
+        result.set_message("cannot prepare the job's device turn: " + *error);
+        trace.cause.infra = InfraCause::kWorkspace;
+        return;
+      }
+      placement.turn_granted_ns = nullptr;  // The wall limit counts from its start.
       placement.run_again = true;
       ran = runner_.Run(*ws, run_spec, placement);
+      gate->StopNotes();
       run_ms += ran.process.wall_ms;
     }
     durations->set_queue_wait_ms(lane_wait_ms + waited_ms);

@@ -1,6 +1,7 @@
 #include "worker/turn_gate.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,26 +12,84 @@
 
 namespace kbox {
 
+namespace {
+
+// A FIFO at `path` for a judge running as `owner`, and kboxd's end of it.
+// O_RDWR on a FIFO never blocks (Linux) and keeps both a reader and a
+// writer open: the judge's open never blocks, its read sees data or, once
+// this end is closed, end-of-file, and its writes always find a reader.
+// `created` names it once it exists (for the destructor to unlink).
+std::optional<std::string> MakeFifo(const std::filesystem::path& path, std::optional<uid_t> owner_uid,
+                                    std::optional<gid_t> owner_gid, Fd& fd,
+                                    std::filesystem::path& created) {
+  if (::mkfifo(path.c_str(), 0600) != 0) {
+    return "mkfifo " + path.string() + ": " + std::strerror(errno);
+  }
+  created = path;
+  fd.reset(::open(path.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW));
+  if (fd.get() < 0) return "open " + path.string() + ": " + std::strerror(errno);
+  if (owner_uid && ::fchown(fd.get(), *owner_uid, owner_gid.value_or(static_cast<gid_t>(-1))) != 0) {
+    return "chown " + path.string() + ": " + std::strerror(errno);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 TurnGate::~TurnGate() {
+  StopNotes();
   fd_.reset();
+  notes_fd_.reset();
+  // The judge unlinks both once it holds them; these find nothing then.
   if (!path_.empty()) ::unlink(path_.c_str());
+  if (!notes_path_.empty()) ::unlink(notes_path_.c_str());
 }
 
 std::optional<std::string> TurnGate::Open(const std::filesystem::path& path,
                                           std::optional<uid_t> owner_uid,
                                           std::optional<gid_t> owner_gid) {
-  if (::mkfifo(path.c_str(), 0600) != 0) {
-    return "mkfifo " + path.string() + ": " + std::strerror(errno);
-  }
-  path_ = path;
-  // O_RDWR on a FIFO never blocks (Linux) and keeps a writer open, so the
-  // judge's reader sees data or, once this end is closed, end-of-file.
-  fd_.reset(::open(path.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW));
-  if (fd_.get() < 0) return "open " + path.string() + ": " + std::strerror(errno);
-  if (owner_uid && ::fchown(fd_.get(), *owner_uid, owner_gid.value_or(static_cast<gid_t>(-1))) != 0) {
-    return "chown " + path.string() + ": " + std::strerror(errno);
-  }
+  return MakeFifo(path, owner_uid, owner_gid, fd_, path_);
+}
+
+std::optional<std::string> TurnGate::OpenNotes(const std::filesystem::path& path,
+                                               std::optional<uid_t> owner_uid,
+                                               std::optional<gid_t> owner_gid,
+                                               std::function<void(char)> on_note) {
+  if (auto error = MakeFifo(path, owner_uid, owner_gid, notes_fd_, notes_path_)) return error;
+  int wake[2];
+  if (::pipe2(wake, O_CLOEXEC | O_NONBLOCK) != 0) return std::string("pipe2: ") + std::strerror(errno);
+  wake_r_.reset(wake[0]);
+  wake_w_.reset(wake[1]);
+  notes_reader_ = std::thread([this, on_note = std::move(on_note)] {
+    for (;;) {
+      pollfd fds[2] = {{notes_fd_.get(), POLLIN, 0}, {wake_r_.get(), POLLIN, 0}};
+      if (::poll(fds, 2, -1) < 0) {
+        if (errno == EINTR) continue;
+        return;
+      }
+      if (fds[1].revents != 0) return;
+      char notes[64];
+      const ssize_t n = ::read(notes_fd_.get(), notes, sizeof notes);
+      if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      if (n <= 0) return;  // Cannot happen while this end holds the FIFO open.
+      for (ssize_t i = 0; i < n; ++i) on_note(notes[i]);
+    }
+  });
   return std::nullopt;
+}
+
+void TurnGate::StopNotes() {
+  if (!notes_reader_.joinable()) return;
+  const char stop = 's';
+  (void)!::write(wake_w_.get(), &stop, 1);
+  notes_reader_.join();
+}
+
+void TurnGate::GiveQuiet() {
+  std::lock_guard lock(mu_);
+  if (fd_.get() < 0 || !given()) return;
+  const char quiet = 'q';
+  (void)!::write(fd_.get(), &quiet, 1);
 }
 
 void TurnGate::Give() {

@@ -12,9 +12,11 @@
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "worker/unique_fd.h"
 
@@ -35,9 +37,23 @@ class TurnGate {
                                   std::optional<uid_t> owner_uid = std::nullopt,
                                   std::optional<gid_t> owner_gid = std::nullopt);
 
+  // The judge's notes to kboxd, through a second FIFO at `path` that it
+  // writes: 'r' its set-up on the device is over, 'q' it asks for the
+  // device to itself before timing, 'd' its timing is over (DeviceTurns).
+  // A thread of this gate reads them and calls `on_note` for each byte
+  // until StopNotes (or the destructor).
+  std::optional<std::string> OpenNotes(const std::filesystem::path& path,
+                                       std::optional<uid_t> owner_uid, std::optional<gid_t> owner_gid,
+                                       std::function<void(char)> on_note);
+  // Joins the notes' reader; on_note is not called after it returns.
+  void StopNotes();
+
   // The turn is the job's: stores the time (steady_clock, ns since its
   // epoch; the stage's wall limit counts from it) and writes the byte.
   void Give();
+  // The device is the holder's alone while it times: writes 'q' (after
+  // the turn's 'g') into the turn FIFO.
+  void GiveQuiet();
   // No turn after all: closes kboxd's end. Once only; Give after it, or it
   // after Give, does nothing.
   void Withdraw();
@@ -50,8 +66,12 @@ class TurnGate {
 
  private:
   std::filesystem::path path_;
+  std::filesystem::path notes_path_;
   std::mutex mu_;
   Fd fd_;
+  Fd notes_fd_;
+  Fd wake_r_, wake_w_;  // Wakes the notes' reader to stop.
+  std::thread notes_reader_;
   std::atomic<int64_t> granted_ns_{0};
   std::atomic<bool> withdrawn_{false};
 };

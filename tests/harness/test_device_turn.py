@@ -71,7 +71,9 @@ def _blocked_on(fifo):
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             fds = os.listdir("/proc/%s/fd" % pid)
-            holding = [fd for fd in fds if os.readlink("/proc/%s/fd/%s" % (pid, fd)) == fifo]
+            # The judge unlinks the FIFO once open: its link reads "... (deleted)".
+            holding = [fd for fd in fds
+                       if os.readlink("/proc/%s/fd/%s" % (pid, fd)) in (fifo, fifo + " (deleted)")]
             if not holding:
                 continue
             with open("/proc/%s/syscall" % pid) as f:
@@ -162,3 +164,70 @@ def test_set_up_failing_without_a_turn_is_the_reference_error(tmp_path):
     os.close(kboxd_end)
     report = _check(job.run("STAGE_RUN"), "REFERENCE_FAILED")
     assert not report.get("set_up_again")
+
+
+def _notes_fifo(job):
+    notes = os.path.join(job.root, "home", "kbox_turn_notes")
+    os.mkfifo(notes, 0o600)
+    return notes, os.open(notes, os.O_RDWR | os.O_NONBLOCK)
+
+
+def _read_note(fd, limit=120.0):
+    import select
+    ready, _, _ = select.select([fd], [], [], limit)
+    return os.read(fd, 1) if ready else b""
+
+
+def test_timing_waits_for_the_device_to_itself(tmp_path):
+    # kboxd's side of the notes (device_turns.h): the turn after b"r", the
+    # quiet answered a second after b"q" is asked, b"d" once timing is done.
+    job, fifo, kboxd_end = _job(tmp_path)
+    notes, notes_end = _notes_fifo(job)
+    seen = {}
+
+    def kboxd():
+        seen["first"] = _read_note(notes_end)
+        os.write(kboxd_end, b"g")
+        seen["second"] = _read_note(notes_end)
+        time.sleep(1.0)
+        seen["quiet_at"] = time.monotonic()
+        os.write(kboxd_end, b"q")
+        seen["third"] = _read_note(notes_end)
+    thread = threading.Thread(target=kboxd, daemon=True)
+    thread.start()
+    try:
+        report = _check(job.run("STAGE_RUN", device_turn_path=fifo, device_notes_path=notes), "OK")
+    finally:
+        thread.join(30)
+        os.close(kboxd_end)
+        os.close(notes_end)
+    assert (seen["first"], seen["second"], seen["third"]) == (b"r", b"q", b"d")
+    phases = report["phase_ms"]
+    assert phases["quiet_wait"] >= 900, phases
+    assert "candidate_timing" in report and report["candidate_timing"]["count"] > 0
+    # The judge unlinked both FIFOs once it held them: candidate code cannot
+    # open them by name.
+    assert not os.path.exists(fifo) and not os.path.exists(notes)
+
+
+def test_set_up_failing_before_the_turn_still_notes_its_end(tmp_path):
+    # A stage whose set-up failed is done setting up too: kboxd must not
+    # hold a holder's quiet for it.
+    job, fifo, kboxd_end = _job(tmp_path, REFERENCE_FAILING_AT_IMPORT)
+    notes, notes_end = _notes_fifo(job)
+    got = {}
+
+    def kboxd():
+        got["note"] = _read_note(notes_end)
+        os.write(kboxd_end, b"g")
+    thread = threading.Thread(target=kboxd, daemon=True)
+    thread.start()
+    try:
+        report = _check(job.run("STAGE_RUN", device_turn_path=fifo, device_notes_path=notes),
+                        "HARNESS_FAILED")
+    finally:
+        thread.join(30)
+        os.close(kboxd_end)
+        os.close(notes_end)
+    assert got["note"] == b"r"
+    assert report["set_up_again"] is True

@@ -219,6 +219,8 @@ def job_table():
     add("honest", ref, cand("cand_clamp_scale_ok.py"), seed=HONEST_SEED, correctness_trials=5,
         measure_performance=True)
     add("cpp_syntax_error", ref, cand("cand_cpp_syntax_error.py"))
+    add("reads_judge_memory", ref, cand("cand_reads_judge_memory.py"), measure_performance=False,
+        anticheat_profile="off", seed=HONEST_SEED)
     add("off_by_one", ref, cand("cand_clamp_scale_off_by_one.py"), seed=WRONG_SEED,
         measure_performance=False)
     add("static_override", matmul_ref, cand("cand_matmul_operator.py"),

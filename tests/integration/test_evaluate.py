@@ -156,3 +156,16 @@ def test_client_request_id_echoed_and_job_ids_unique(jobs):
         assert r["job_id"] not in ids, "job id %s reused" % r["job_id"]
         ids.add(r["job_id"])
         assert r["fingerprint"]["torch_version"], describe(r)
+
+
+def test_candidate_cannot_reach_the_judge_through_proc(jobs):
+    # The judge holds the reference's outputs and the trial seed; it makes
+    # itself non-dumpable after forking the candidate's process (same uid,
+    # same pid namespace), so /proc/<judge>/{mem,fd,environ} refuse it:
+    # EACCES (13). ptrace and process_vm_readv are seccomp's.
+    r = jobs.result("reads_judge_memory")
+    assert r["status"] == "CORRECT", describe(r)
+    tail = r.get("output_tail", "")
+    for what in ("mem", "fd/0", "environ"):
+        assert "JUDGE_PROBE %s errno=13" % what in tail, tail[-3000:]
+    assert "opened" not in tail.split("JUDGE_PROBE", 1)[-1], tail[-3000:]

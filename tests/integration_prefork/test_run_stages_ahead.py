@@ -140,3 +140,36 @@ def test_set_up_failing_before_the_turn_runs_the_stage_again(mode):
         result = reply.json()
         assert result["status"] == "CORRECT", it.describe(result)
         assert "REF_IMPORTED_AGAIN" in result.get("output_tail", ""), result.get("output_tail")
+
+
+FAST_CANDIDATE = '''
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return x.clamp_min(0.0)
+'''
+
+
+def test_timing_asks_kboxd_for_the_device_to_itself():
+    # Three jobs at once on one CPU run slot with a stage ahead: each judge
+    # asks for the device alone before timing (its 'q' note) and kboxd
+    # answers once no stage prepared ahead is still setting up
+    # (device_turns.h); every job gets its timing.
+    with it.own_kboxd("kbox-ahead-quiet-it-", CONFIG, []) as (_, port, _):
+        def evaluate(name):
+            payload = {"reference_source": REFERENCE, "candidate_source": FAST_CANDIDATE,
+                       "backend": "BACKEND_CPU", "client_request_id": "ahead-quiet-" + name,
+                       "measure_performance": True, "correctness_trials": 2,
+                       "anticheat_profile": "off"}
+            reply = it.post_json(port, payload, timeout=600)
+            assert reply.status == 200, reply.text
+            return reply.json()
+
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            results = list(pool.map(evaluate, ["a", "b", "c"]))
+        for r in results:
+            assert r["status"] == "CORRECT", it.describe(r)
+            assert "quiet_wait" in r["durations"]["run_phases_ms"], r["durations"]
+            assert r["candidate_timing"]["count"] > 0

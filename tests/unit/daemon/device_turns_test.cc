@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <optional>
+#include <thread>
+#include <chrono>
+#include <atomic>
 #include <string>
 #include <vector>
 
@@ -59,6 +62,76 @@ TEST(DeviceTurnsTest, DevicesAreIndependent) {
   EXPECT_EQ(given, 2);
   EXPECT_TRUE(a.holds());
   EXPECT_TRUE(b.holds());
+}
+
+// The holder's quiet (device_turns.h): granted at once when no stage of
+// the device is setting up, else once the last one is done or gone.
+TEST(DeviceTurnsTest, QuietWaitsForStagesSettingUp) {
+  DeviceTurns turns;
+  std::vector<std::string> log;
+  std::optional<DeviceTurns::Ticket> a(turns.Enqueue(0, [&] { log.push_back("a"); }, true));
+  a->SetUpDone();
+  std::optional<DeviceTurns::Ticket> b(turns.Enqueue(0, [&] { log.push_back("b"); }, true));
+  std::optional<DeviceTurns::Ticket> c(turns.Enqueue(0, [&] { log.push_back("c"); }, true));
+  a->AskQuiet([&] { log.push_back("quiet a"); });
+  EXPECT_EQ(log, std::vector<std::string>{"a"});  // b and c are still setting up.
+  b->SetUpDone();
+  EXPECT_EQ(log, std::vector<std::string>{"a"});
+  c.reset();  // Gone before its set-up ended: no longer waited for.
+  EXPECT_EQ(log, (std::vector<std::string>{"a", "quiet a"}));
+  a->AskQuiet([&] { log.push_back("again"); });  // Once per timing.
+  EXPECT_EQ(log.size(), 2u);
+}
+
+TEST(DeviceTurnsTest, QuietIsGrantedAtOnceWhenNothingSetsUp) {
+  DeviceTurns turns;
+  int granted = 0;
+  const auto a = turns.Enqueue(0, [] {}, true);
+  const auto b = turns.Enqueue(0, [] {}, false);  // Not prepared ahead.
+  a.AskQuiet([&] { ++granted; });
+  EXPECT_EQ(granted, 1);
+}
+
+TEST(DeviceTurnsTest, QuietAskedBeforeTheTurnWaitsForIt) {
+  DeviceTurns turns;
+  std::vector<std::string> log;
+  std::optional<DeviceTurns::Ticket> a(turns.Enqueue(0, [&] { log.push_back("a"); }));
+  std::optional<DeviceTurns::Ticket> b(turns.Enqueue(0, [&] { log.push_back("b"); }, true));
+  b->SetUpDone();
+  b->AskQuiet([&] { log.push_back("quiet b"); });
+  EXPECT_EQ(log, std::vector<std::string>{"a"});
+  a.reset();
+  EXPECT_EQ(log, (std::vector<std::string>{"a", "b", "quiet b"}));
+}
+
+TEST(DeviceTurnsTest, NoStageAheadStartsWhileTheHolderHasItsQuiet) {
+  DeviceTurns turns;
+  std::optional<DeviceTurns::Ticket> a(turns.Enqueue(0, [] {}, true));
+  a->SetUpDone();
+  a->AskQuiet([] {});
+  std::atomic<bool> entered{false};
+  std::thread ahead([&] {
+    const auto b = turns.Enqueue(0, [] {}, true);
+    entered = true;
+  });
+  // Another device, and a stage not prepared ahead, are not held back.
+  const auto other = turns.Enqueue(1, [] {}, true);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(entered.load());
+  a->EndQuiet();
+  ahead.join();
+  EXPECT_TRUE(entered.load());
+}
+
+TEST(DeviceTurnsTest, TheHolderLeavingEndsItsQuiet) {
+  DeviceTurns turns;
+  std::optional<DeviceTurns::Ticket> a(turns.Enqueue(0, [] {}, true));
+  a->SetUpDone();
+  a->AskQuiet([] {});
+  std::thread ahead([&] { const auto b = turns.Enqueue(0, [] {}, true); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  a.reset();
+  ahead.join();  // Returns: the quiet went with its holder.
 }
 
 }  // namespace

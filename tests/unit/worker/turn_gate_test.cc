@@ -8,6 +8,10 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <chrono>
+#include <thread>
+#include <mutex>
+#include <condition_variable>
 #include <string>
 
 namespace kbox {
@@ -93,6 +97,54 @@ TEST_F(TurnGateTest, RemovesItsFifoAndRefusesAnExistingPath) {
   ASSERT_TRUE(error.has_value());
   EXPECT_NE(error->find("mkfifo"), std::string::npos) << *error;
   EXPECT_TRUE(fs::is_symlink(dir_ / "turn"));  // Left alone, not unlinked by its destructor.
+}
+
+TEST_F(TurnGateTest, NotesReachTheCallbackInOrderUntilStopped) {
+  TurnGate gate;
+  ASSERT_FALSE(gate.Open(dir_ / "turn").has_value());
+  std::mutex mu;
+  std::condition_variable cv;
+  std::string notes;
+  ASSERT_FALSE(gate.OpenNotes(dir_ / "notes", std::nullopt, std::nullopt, [&](char note) {
+                     std::lock_guard lock(mu);
+                     notes += note;
+                     cv.notify_all();
+                   })
+                   .has_value());
+  // The judge's end: write-only; never blocks (kboxd holds a reader).
+  const int writer = ::open((dir_ / "notes").c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+  ASSERT_GE(writer, 0);
+  ASSERT_EQ(::write(writer, "rq", 2), 2);
+  ASSERT_EQ(::write(writer, "d", 1), 1);
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(10), [&] { return notes.size() == 3; }));
+  }
+  EXPECT_EQ(notes, "rqd");
+  gate.StopNotes();
+  ASSERT_EQ(::write(writer, "q", 1), 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  {
+    std::lock_guard lock(mu);
+    EXPECT_EQ(notes, "rqd");  // Nothing after StopNotes.
+  }
+  gate.StopNotes();  // Idempotent.
+  ::close(writer);
+}
+
+TEST_F(TurnGateTest, QuietFollowsTheTurnOnTheTurnsFifo) {
+  TurnGate gate;
+  ASSERT_FALSE(gate.Open(dir_ / "turn").has_value());
+  const int reader = OpenReader(dir_ / "turn");
+  ASSERT_GE(reader, 0);
+  gate.GiveQuiet();  // Before the turn: nothing.
+  EXPECT_FALSE(Readable(reader));
+  gate.Give();
+  gate.GiveQuiet();
+  char got[2] = {};
+  ASSERT_EQ(::read(reader, got, 2), 2);
+  EXPECT_EQ(std::string(got, 2), "gq");
+  ::close(reader);
 }
 
 }  // namespace

@@ -88,6 +88,7 @@ class StageSpec(object):
         self.fresh_reference_timing = bool(d.get("fresh_reference_timing", False))
         self.launch_probe_library = str(d.get("launch_probe_library") or "")
         self.device_turn_path = str(d.get("device_turn_path") or "")
+        self.device_notes_path = str(d.get("device_notes_path") or "")
         self.reference_cache_max_relative_ci = _float(d.get("reference_cache_max_relative_ci")) or \
             DEFAULT_CACHE_MAX_RELATIVE_CI
 

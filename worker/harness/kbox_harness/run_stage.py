@@ -9,9 +9,11 @@ candidate's output back from a file it opens itself, and times the reference
 and the candidate in interleaved rounds, checking the candidate's own clock
 against its own.
 """
+import ctypes
 import json
 import os
 import random
+import select
 import shutil
 import sys
 import tempfile
@@ -63,6 +65,7 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         self.ref_sample = None  # (inputs, reference output) of trial 0, for the floor
         self.tolerances = {}  # atol per input set (_tolerance)
         self.turn_fd = None  # The device turn's FIFO (_await_turn), when prepared ahead.
+        self.notes_fd = None  # This judge's notes to kboxd (_note), with the turn's FIFO.
 
     # -- running client code ------------------------------------------------
     def call(self, fn, *args):
@@ -236,8 +239,13 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         self.child = candidate_worker.CandidateProcess(self.pipe.fd)
         self._timed("fork_candidate", t0)
         try:
-            # Opened after the fork: the candidate's process never holds it.
+            # Opened after the fork: the candidate's process never holds
+            # them, and unlinked, so that its code cannot open them by name;
+            # not dumpable, so that it cannot reach them (or this process's
+            # memory: the reference's outputs, the seed) through /proc.
+            _not_dumpable()
             self.turn_fd = _open_turn(self.spec.device_turn_path)
+            self.notes_fd = _open_notes(self.spec.device_notes_path)
             self.seed = read_secret(self.spec)
             # The device's part comes once the candidate's process is setting
             # up (_run): asking for it initialises CUDA here, which would
@@ -264,8 +272,10 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
             self._device_memory_held(hog)
         finally:
             self.pipe.enter(HARNESS)
-            if self.turn_fd is not None:
-                os.close(self.turn_fd)
+            for fd in (self.turn_fd, self.notes_fd):
+                if fd is not None:
+                    os.close(fd)
+            self.turn_fd = self.notes_fd = None
             self.child.close()
             self._take_findings(None)
             if self.exchange_dir:
@@ -410,16 +420,40 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         if self.turn_fd is None:
             return
         t0 = timing.now_ms()
-        try:
-            got = os.read(self.turn_fd, 1)
-        finally:
-            os.close(self.turn_fd)
-            self.turn_fd = None
+        got = os.read(self.turn_fd, 1)
         self._timed("turn_wait", t0)
         if not got:
             self.report.update(outcome="HARNESS_FAILED",
                                message="kboxd withdrew the device's turn before the candidate ran")
             raise judging.StageEnd()
+
+    def _note(self, note):
+        """One byte to kboxd (StageSpec.device_notes_path): b"r" set-up on
+        the device is over, b"q" quiet asked, b"d" quiet over."""
+        if self.notes_fd is not None:
+            os.write(self.notes_fd, note)
+
+    def _timing_alone(self, measure):
+        """Runs measure() with the device to this stage alone: no stage
+        prepared ahead is starting CUDA on it meanwhile (kboxd answers the
+        b"q" note once none is, and starts none until b"d"). Without a turn
+        (no stages ahead) the device is this stage's anyway."""
+        if self.turn_fd is None or self.notes_fd is None:
+            return measure()
+        t0 = timing.now_ms()
+        self._note(b"q")
+        ready, _, _ = select.select([self.turn_fd], [], [], _QUIET_WAIT_S)
+        got = os.read(self.turn_fd, 1) if ready else None
+        self._timed("quiet_wait", t0)
+        if got != b"q":
+            self.report.update(outcome="HARNESS_FAILED", message=(
+                "kboxd did not give the device to this stage alone for timing within %d s"
+                % _QUIET_WAIT_S if got is None else "kboxd closed the device's turn during the stage"))
+            raise judging.StageEnd()
+        try:
+            return measure()
+        finally:
+            self._note(b"d")
 
     def _run(self):
         spec = self.spec
@@ -431,11 +465,13 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
             except Exception as e:
                 # Before the turn another job holds the device (and may have
                 # filled its memory): kboxd runs the stage again, holding it.
+                self._note(b"r")
                 self._await_turn()
                 self.pipe.enter(HARNESS)
                 self.report.update(outcome="HARNESS_FAILED", set_up_again=True, message=errors.one_line(
                     "set-up failed before the device's turn: %s" % errors.exception_line(e)))
                 raise judging.StageEnd()
+            self._note(b"r")
             self._await_turn()
 
         imported = self.ask(dict({"op": "import"}, **self._audit_roots()))
@@ -501,7 +537,7 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         if spec.measure_performance and spec.performance_trials > 0:
             t0 = timing.now_ms()
             try:
-                self._measure_timing(ref_model, get_inputs, init)
+                self._timing_alone(lambda: self._measure_timing(ref_model, get_inputs, init))
             finally:
                 self._timed("timing", t0)
         self.report.update(outcome="OK", message="correct on %d trials" % len(self.trials))
@@ -753,14 +789,50 @@ def _bytes_of(*objs):
     return sum(t.numel() * t.element_size() for o in objs for t in dynamic_checks.tensors(o))
 
 
+# How long a stage waits for the device to itself before timing: the set-up
+# of a stage prepared ahead (its CUDA start) takes seconds at most.
+_QUIET_WAIT_S = 120
+
+
 def _open_turn(path):
     """The read end of kboxd's turn FIFO, or None without one. kboxd holds
-    the FIFO open read-write, so this open never blocks; the read blocks."""
+    the FIFO open read-write, so this open never blocks; the read blocks.
+    The name is unlinked once open."""
     if not path:
         return None
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     os.set_blocking(fd, True)
+    _remove(path)
     return fd
+
+
+def _open_notes(path):
+    """The write end of kboxd's notes FIFO, or None without one (kboxd
+    holds it open read-write: this open never blocks, a write always finds
+    the reader). The name is unlinked once open."""
+    if not path:
+        return None
+    fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    os.set_blocking(fd, True)
+    _remove(path)
+    return fd
+
+
+def _not_dumpable():
+    """PR_SET_DUMPABLE 0: /proc/<this pid>/{mem,fd,environ,...} belong to
+    root, so the candidate's process (the same uid, in the same pid
+    namespace) cannot read this process's memory or open its descriptors:
+    ptrace and process_vm_readv are refused by seccomp, /proc/PID/mem by
+    this. Where prctl is missing, nothing is done."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return
+    if libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        raise judging.HarnessFailed("prctl(PR_SET_DUMPABLE, 0) failed: errno %d" % ctypes.get_errno())
+
+
+_PR_SET_DUMPABLE = 4
 
 
 def _remove(path):
