@@ -794,28 +794,27 @@ def _bytes_of(*objs):
 _QUIET_WAIT_S = 120
 
 
-def _open_turn(path):
-    """The read end of kboxd's turn FIFO, or None without one. kboxd holds
-    the FIFO open read-write, so this open never blocks; the read blocks.
-    The name is unlinked once open."""
+def _open_fifo(path, mode):
+    """One end of a FIFO kboxd made and holds open read-write (so this open
+    never blocks, a read waits for data or end of file, a write always
+    finds the reader), or None without a path. The name is unlinked once
+    open: candidate code cannot open it."""
     if not path:
         return None
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    fd = os.open(path, mode | os.O_NONBLOCK | os.O_CLOEXEC)
     os.set_blocking(fd, True)
     _remove(path)
     return fd
+
+
+def _open_turn(path):
+    """The read end of kboxd's turn FIFO (StageSpec.device_turn_path)."""
+    return _open_fifo(path, os.O_RDONLY)
 
 
 def _open_notes(path):
-    """The write end of kboxd's notes FIFO, or None without one (kboxd
-    holds it open read-write: this open never blocks, a write always finds
-    the reader). The name is unlinked once open."""
-    if not path:
-        return None
-    fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    os.set_blocking(fd, True)
-    _remove(path)
-    return fd
+    """The write end of kboxd's notes FIFO (StageSpec.device_notes_path)."""
+    return _open_fifo(path, os.O_WRONLY)
 
 
 def _not_dumpable():
