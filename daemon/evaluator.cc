@@ -654,6 +654,7 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
       }
       placement.turn_granted_ns = nullptr;  // The wall limit counts from its start.
       placement.run_again = true;
+      metrics_.RecordSetUpAgain(gpu_backend ? std::optional<uint32_t>(slot) : std::nullopt);
       ran = runner_.Run(*ws, run_spec, placement);
       gate->StopNotes();
       run_ms += ran.process.wall_ms;

@@ -120,6 +120,11 @@ Metrics::Metrics(const MetricLabelSets& sets)
                                .Help("Device probes run after a GPU job that ended in a fault of "
                                      "its own, by device and result (pass, fail).")
                                .Register(*registry_)),
+      set_up_again_total_(prometheus::BuildCounter()
+                              .Name("kbox_set_up_again_total")
+                              .Help("Run stages prepared ahead whose set-up failed before their "
+                                    "device turn and were run again holding it, by device.")
+                              .Register(*registry_)),
       queue_depth_(prometheus::BuildGauge()
                        .Name("kbox_queue_depth")
                        .Help("Jobs waiting for a compile worker or a run slot, by queue.")
@@ -354,6 +359,10 @@ void Metrics::RecordQuarantine(uint32_t gpu) {
 void Metrics::RecordDeviceProbe(uint32_t gpu, bool passed) {
   device_probes_total_.Add({{"device", DeviceLabel(gpu)}, {"result", passed ? "pass" : "fail"}})
       .Increment();
+}
+
+void Metrics::RecordSetUpAgain(std::optional<uint32_t> gpu) {
+  set_up_again_total_.Add({{"device", DeviceLabel(gpu)}}).Increment();
 }
 
 void Metrics::SetQueueDepth(const std::string& queue, size_t jobs) {

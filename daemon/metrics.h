@@ -73,6 +73,9 @@ class Metrics {
   void RecordQuarantine(uint32_t gpu);
   // A probe run after a job that may have left the GPU broken.
   void RecordDeviceProbe(uint32_t gpu, bool passed);
+  // A run stage prepared ahead whose set-up failed before its turn, run
+  // again holding the turn (docs/run-stages-ahead.md); nullopt: a CPU slot.
+  void RecordSetUpAgain(std::optional<uint32_t> gpu);
   // 1 while kboxd runs candidates without the sandbox.
   void SetInsecureMode(bool insecure) { insecure_mode_.Set(insecure ? 1 : 0); }
   // Jobs accepted and not finished.
@@ -137,6 +140,7 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& zygote_start_failures_total_;
   prometheus::Family<prometheus::Counter>& device_quarantines_total_;
   prometheus::Family<prometheus::Counter>& device_probes_total_;
+  prometheus::Family<prometheus::Counter>& set_up_again_total_;
   prometheus::Family<prometheus::Gauge>& queue_depth_;
   prometheus::Family<prometheus::Gauge>& run_slots_;
   prometheus::Family<prometheus::Gauge>& compile_slots_;

@@ -307,6 +307,8 @@ def evaluate(run, before, after, started, ended, rss_peak):
                                 by_label(before, "kbox_infra_retries_total", "cause")),
         "worker_crashes": _delta(by_label(after, "kbox_worker_crashes_total", "worker"),
                                  by_label(before, "kbox_worker_crashes_total", "worker")),
+        "set_up_again": metric_sum(after, "kbox_set_up_again_total")
+                        - metric_sum(before, "kbox_set_up_again_total"),
         "zygote_restarts": metric_sum(after, "kbox_zygote_restarts_total")
                            - metric_sum(before, "kbox_zygote_restarts_total"),
         "failures": run.errors,

@@ -107,7 +107,7 @@ def test_the_judge_computes_it_once_per_input_set(monkeypatch):
     monkeypatch.setattr(dynamic_checks, "degenerate", lambda *a: calls.append(a) or real(*a))
     stage = run_stage.RunStage.__new__(run_stage.RunStage)
     stage.spec = SimpleNamespace(atol=1e-4, rtol=1e-4)
-    stage.findings, stage.tolerances = dynamic_checks.Findings(), {}
+    stage.findings, stage.tolerances, stage.phase_ms = dynamic_checks.Findings(), {}, {}
     small = torch.full((8,), 3e-5)
     assert stage._tolerance(small, ("trial", 0)) == pytest.approx(3e-7)
     assert stage._tolerance(small * (1 + 1e-3), ("trial", 0)) == pytest.approx(3e-7)  # second look

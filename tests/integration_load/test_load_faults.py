@@ -50,9 +50,13 @@ def test_load_with_sigkills(tmp_path):
     for cause, n in summary["infra_errors"].items():
         causes[cause] = causes.get(cause, 0) + n
     assert set(causes) <= {"stage_killed", "compiler_killed"}, causes
-    # One INFRA attempt per kill; one kill may land on a process already
-    # ending its stage normally (then its job simply finishes).
-    assert sum(causes.values()) >= len(kills) - 1, (causes, kills)
+    # One INFRA attempt per kill, or a set-up run again: a candidate's or
+    # judge's process killed while its stage was prepared ahead of the
+    # device turn (before any candidate code ran) is recovered by running
+    # the stage again (docs/run-stages-ahead.md). One kill may land on a
+    # process already ending its stage normally (then its job simply
+    # finishes).
+    assert sum(causes.values()) + summary["set_up_again"] >= len(kills) - 1, (causes, summary, kills)
     assert summary["worker_crashes"].get("harness", 0) >= 1
     # The pool recovered: real jobs went on to end CORRECT.
     assert summary["statuses"].get("CORRECT", 0) >= 10

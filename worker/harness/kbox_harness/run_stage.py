@@ -505,10 +505,8 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         t0 = timing.now_ms()
         first = None  # (input file, candidate output, atol) of trial 0
         try:
-            prepared = None
             for i in range(spec.correctness_trials):
-                result, cand_out, atol, in_file, prepared = self._trial(
-                    i, ref_model, get_inputs, prepared, prepare_next=i + 1 < spec.correctness_trials)
+                result, cand_out, atol, in_file = self._trial(i, ref_model, get_inputs)
                 self.trials.append(result)
                 if i == 0 and result["passed"]:
                     first = (in_file, cand_out, atol)
@@ -591,28 +589,14 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         self.tolerances[input_set] = atol
         return atol
 
-    def _trial(self, i, ref_model, get_inputs, prepared=None, prepare_next=False):
-        """(TrialResult, candidate output, atol used, input file, the next
-        trial's prepared inputs or None) of trial i.
-
-        prepared: this trial's _trial_inputs, when the previous trial made
-        them while the candidate's process worked. prepare_next: make the
-        next trial's that way (the reference's work then overlaps the
-        candidate's; each process still runs its own forwards in trial
-        order, so every value is what one trial after another gives)."""
+    def _trial(self, i, ref_model, get_inputs):
+        """(TrialResult, candidate output, atol used, input file) of trial i."""
         # Each step's time is summed over the trials into phase_ms
         # (trial_reference, trial_write, trial_candidate, trial_read,
-        # trial_compare; trial_reference_ahead is the next trial's reference
-        # work done while waiting; the candidate's own split in
-        # trial_candidate_*).
+        # trial_compare; the candidate's own split in trial_candidate_*).
         seed = judging.trial_seed(self.seed, i)
         t = timing.now_ms()
-        if isinstance(prepared, _Deferred) or prepared is None:
-            # Made ahead and failed (maybe only for the memory the previous
-            # trial still held): made again here, as without the overlap.
-            prepared = self._trial_inputs(i, get_inputs, ref_model)
-        name, x, ref_in, ref_out = prepared
-        del prepared
+        name, x, ref_in, ref_out = self._trial_inputs(i, get_inputs, ref_model)
         if i == 0:
             self.ref_sample = (x, ref_out)
         ref_kept = dynamic_checks.same_values(ref_in, x)
@@ -621,21 +605,16 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         out_file = self.new_file("out")
         t = self._summed("trial_write", t)
         self.send({"op": "forward", "inputs": in_file, "out": out_file})
-        # While the candidate's process works: this trial's tolerance (it
-        # depends on the reference's output alone) and the next trial's
-        # reference. kboxd is told it is this process's turn meanwhile
-        # (HARNESS, REFERENCE inside call()), so a fault here is never the
-        # candidate's; the candidate's hang is caught in receive(), where
-        # the judge waits as CANDIDATE.
-        self.pipe.enter(HARNESS)
+        # While the candidate's process works, this trial's tolerance (it
+        # depends on the reference's output alone: kbox's own bounded GPU
+        # work, no client code). kboxd reads the window as the candidate's,
+        # the only client code running then: a flood, a hang or a memory
+        # limit hit meanwhile is the candidate's. The next trial's reference
+        # is not made here: reference code running beside the candidate's
+        # could not be told from it when a limit stops the stage (an
+        # overlap tried on 2026-11-26 blamed a candidate's output flood on
+        # kbox's harness).
         atol = self._tolerance(ref_out, ("trial", i))
-        following = None
-        if prepare_next and _bytes_of(x, ref_out) <= _OVERLAP_MAX_BYTES:
-            try:
-                following = self._trial_inputs(i + 1, get_inputs, ref_model)
-            except Exception as e:  # its turn comes after this trial's verdict
-                following = _Deferred(e)
-        t = self._summed("trial_reference_ahead", t)
         reply = self.receive()
         t = self._summed("trial_candidate", t)
         self._candidate_steps(reply)
@@ -652,7 +631,7 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         if broken is not None:
             result = judging.failed(broken)
         result = dict(result, seed=seed, distribution=name)
-        return result, (cand_out or {}).get("out"), atol, in_file, following
+        return result, (cand_out or {}).get("out"), atol, in_file
 
     def _candidate_output(self, reply, out_file, ref_in, ref_out, with_inputs=True):
         """({"out", "inputs"} read back ({"out"} without with_inputs), why the
@@ -769,25 +748,6 @@ def _candidate_holds_device_memory(exc):
 # torch >= 2.0: a torch.device is a context manager under which tensor
 # factories without a device argument make their tensors on it.
 _FACTORIES_FOLLOW_DEVICE = hasattr(torch.device("cpu"), "__enter__")
-
-# A trial's inputs and reference output up to this size let the next
-# trial's be made while the candidate's process works (RunStage._trial):
-# both trials' tensors are then on the device at once.
-_OVERLAP_MAX_BYTES = 512 << 20
-
-
-class _Deferred(object):
-    """The next trial's inputs could not be made ahead: that trial makes
-    them again in its turn, where a failure is reported as it would have
-    been without the overlap."""
-
-    def __init__(self, exc):
-        self.exc = exc
-
-
-def _bytes_of(*objs):
-    return sum(t.numel() * t.element_size() for o in objs for t in dynamic_checks.tensors(o))
-
 
 # How long a stage waits for the device to itself before timing: the set-up
 # of a stage prepared ahead (its CUDA start) takes seconds at most.
