@@ -559,15 +559,34 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
     // stage starts now and its judge waits on the gate before the
     // candidate's code loads; the turn comes when the job ahead has ended
     // (and its device probe, if any, passed).
+    // `turn` before `gate`: the gate's notes' reader calls into the ticket,
+    // and the gate (stopping its reader) goes first however the scope ends.
+    std::optional<DeviceTurns::Ticket> turn;
     std::unique_ptr<TurnGate> gate;
     const fs::path turn_path = ws->home_dir() / "kbox_turn";
     const fs::path notes_path = ws->home_dir() / "kbox_turn_notes";
+    const auto gate_failed = [&](const std::string& error) {
+      result.set_status(v1::INFRA_ERROR);
+      result.set_message("cannot prepare the job's device turn: " + error);
+      trace.cause.infra = InfraCause::kWorkspace;
+    };
+    // The judge's notes move its ticket: set-up over, quiet asked, quiet over.
+    const auto open_notes = [&] {
+      TurnGate* const g = gate.get();
+      return gate->OpenNotes(notes_path, options.owner_uid, options.owner_gid, [&turn, g](char note) {
+        if (note == 'r') {
+          turn->SetUpDone();
+        } else if (note == 'q') {
+          turn->AskQuiet([g] { g->GiveQuiet(); });
+        } else if (note == 'd') {
+          turn->EndQuiet();
+        }
+      });
+    };
     if (config_.run_stages_ahead() > 0) {
       gate = std::make_unique<TurnGate>();
       if (auto error = gate->Open(turn_path, options.owner_uid, options.owner_gid)) {
-        result.set_status(v1::INFRA_ERROR);
-        result.set_message("cannot prepare the job's device turn: " + *error);
-        trace.cause.infra = InfraCause::kWorkspace;
+        gate_failed(*error);
         return;
       }
       run_spec.set_device_turn_path(turn_path.string());
@@ -581,7 +600,8 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
     TurnGate* const gate_ptr = gate.get();
     // A stage prepared ahead counts as setting up on the device until its
     // judge's 'r'; Enqueue waits while the holder times (device_turns.h).
-    const DeviceTurns::Ticket turn = turns.Enqueue(
+    // The turn is given once: a stage run again below holds it already.
+    turn.emplace(turns.Enqueue(
         slot,
         [this, gate_ptr, gpu_backend, slot] {
           if (!gate_ptr) return;
@@ -592,37 +612,14 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
             gate_ptr->Give();
           }
         },
-        /*sets_up=*/gate != nullptr);
-    // The judge's notes move its ticket: set-up over, quiet asked, quiet over.
-    const auto notes_of = [&turn](TurnGate* g) {
-      return [&turn, g](char note) {
-        if (note == 'r') {
-          turn.SetUpDone();
-        } else if (note == 'q') {
-          turn.AskQuiet([g] { g->GiveQuiet(); });
-        } else if (note == 'd') {
-          turn.EndQuiet();
-        }
-      };
-    };
-    // The notes' reader calls into `turn`: it stops before `turn` goes,
-    // however this scope is left.
-    struct NotesStopper {
-      std::unique_ptr<TurnGate>& gate;
-      ~NotesStopper() {
-        if (gate) gate->StopNotes();
-      }
-    } stop_notes{gate};
+        /*sets_up=*/gate != nullptr));
     if (gate) {
-      if (auto error = gate->OpenNotes(notes_path, options.owner_uid, options.owner_gid, notes_of(gate.get()))) {
-        result.set_status(v1::INFRA_ERROR);
-        result.set_message("cannot prepare the job's device turn: " + *error);
-        trace.cause.infra = InfraCause::kWorkspace;
+      if (auto error = open_notes()) {
+        gate_failed(*error);
         return;
       }
     }
     ran = runner_.Run(*ws, run_spec, placement);
-    if (gate) gate->StopNotes();
     if (gate && gate->withdrawn()) {
       std::cerr << "kboxd: job " << result.job_id() << ": " << device_name
                 << " left service before its turn; queueing it again" << std::endl;
@@ -637,26 +634,24 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
     if (gate && gate->given() && ran.report && ran.report->set_up_again()) {
       // Set-up failed before the turn (the job then holding the device may
       // have filled its memory): once more, now holding the turn. The first
-      // judge unlinked its FIFOs: the stage run again gets new ones, the
-      // turn given at once, its notes to the same ticket (its quiet too).
+      // judge unlinked its FIFOs: the stage run again gets new ones (the old
+      // gate goes first, unlinking what is left of its own), the turn given
+      // at once, its notes to the same ticket (its quiet too).
       gate.reset();
       gate = std::make_unique<TurnGate>();
       auto error = gate->Open(turn_path, options.owner_uid, options.owner_gid);
       if (!error) {
         gate->Give();
-        error = gate->OpenNotes(notes_path, options.owner_uid, options.owner_gid, notes_of(gate.get()));
+        error = open_notes();
       }
       if (error) {
-        result.set_status(v1::INFRA_ERROR);
-        result.set_message("cannot prepare the job's device turn: " + *error);
-        trace.cause.infra = InfraCause::kWorkspace;
+        gate_failed(*error);
         return;
       }
       placement.turn_granted_ns = nullptr;  // The wall limit counts from its start.
       placement.run_again = true;
       metrics_.RecordSetUpAgain(gpu_backend ? std::optional<uint32_t>(slot) : std::nullopt);
       ran = runner_.Run(*ws, run_spec, placement);
-      gate->StopNotes();
       run_ms += ran.process.wall_ms;
     }
     durations->set_queue_wait_ms(lane_wait_ms + waited_ms);

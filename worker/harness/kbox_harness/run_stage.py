@@ -197,15 +197,18 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         as secret as before (the seed is). A get_inputs that cannot run so
         (a CPU-only call, a NumPy round trip) is drawn on the CPU, as
         KernelBench does. phase_ms "draws" sums their time."""
+        def drawn():
+            self.seed_all(seed)
+            return list(get_inputs())
         t0 = timing.now_ms()
         try:
             if self.device.type == "cuda" and _FACTORIES_FOLLOW_DEVICE:
                 try:
                     with self.device:
-                        return self.call(lambda: (self.seed_all(seed), list(get_inputs()))[1])
+                        return self.call(drawn)
                 except judging.ClientFailed:
                     pass  # drawn again on the CPU below; a failure there is the reference's
-            return self.call(lambda: (self.seed_all(seed), list(get_inputs()))[1])
+            return self.call(drawn)
         finally:
             self._summed("draws", t0)
 
@@ -337,9 +340,11 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         self.phase_ms[name] = timing.now_ms() - t0
 
     def _summed(self, name, t0):
-        """Adds the time since t0 to phase `name` (a step of every trial)."""
-        self.phase_ms[name] = self.phase_ms.get(name, 0.0) + (timing.now_ms() - t0)
-        return timing.now_ms()
+        """Adds the time since t0 to phase `name` (a step of every trial);
+        returns now, the next step's t0."""
+        now = timing.now_ms()
+        self.phase_ms[name] = self.phase_ms.get(name, 0.0) + (now - t0)
+        return now
 
     def _candidate_steps(self, reply):
         """Adds what the candidate's process says its forward's steps took
@@ -641,12 +646,13 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
             self.findings.add("run.output-contract", broken)
             return None, broken
         data = self.read_candidate(out_file)
+        unreadable = None, "the candidate's output file could not be read"
+        if not isinstance(data, dict) or "out" not in data:
+            return unreadable
         # Inputs the candidate's process found unchanged (inputs_kept) do not
         # travel back: the trial then takes the judge's own copy for them.
-        inputs_missing = with_inputs and "inputs" not in (data if isinstance(data, dict) else {}) \
-            and reply.get("inputs_kept") is not True
-        if not isinstance(data, dict) or "out" not in data or inputs_missing:
-            return None, "the candidate's output file could not be read"
+        if with_inputs and "inputs" not in data and reply.get("inputs_kept") is not True:
+            return unreadable
         aliases = reply.get("aliases") or []
         ref_ptrs = {dynamic_checks.storage_ptr(t) for t in dynamic_checks.tensors(ref_in)}
         refs = dynamic_checks.flatten_outputs(ref_out)
@@ -782,11 +788,8 @@ def _not_dumpable():
     root, so the candidate's process (the same uid, in the same pid
     namespace) cannot read this process's memory or open its descriptors:
     ptrace and process_vm_readv are refused by seccomp, /proc/PID/mem by
-    this. Where prctl is missing, nothing is done."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-    except OSError:
-        return
+    this. A failure ends the stage (HarnessFailed): never judged without."""
+    libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
         raise judging.HarnessFailed("prctl(PR_SET_DUMPABLE, 0) failed: errno %d" % ctypes.get_errno())
 
