@@ -210,6 +210,59 @@ def test_timing_waits_for_the_device_to_itself(tmp_path):
     assert not os.path.exists(fifo) and not os.path.exists(notes)
 
 
+# Appends the moment of every forward call to the job's home.
+COUNTING_CANDIDATE = CANDIDATE.replace(
+    "        return x.clamp_min(0.0) * self.scale",
+    "        with open(os.path.join(os.environ['HOME'], 'calls'), 'a') as f:\n"
+    "            f.write('%r\\n' % time.monotonic())\n"
+    "        return x.clamp_min(0.0) * self.scale")
+
+
+def _calls_around_the_quiet(tmp_path, warmup_calls):
+    """(forward calls before the judge asked for its quiet, calls while it
+    waited, calls after kboxd's answer) of one stage."""
+    job, fifo, kboxd_end = _job(tmp_path)
+    with open(os.path.join(job.root, "candidate.py"), "w") as f:
+        f.write(COUNTING_CANDIDATE)
+    notes, notes_end = _notes_fifo(job)
+    seen = {}
+
+    def kboxd():
+        _read_note(notes_end)
+        os.write(kboxd_end, b"g")
+        _read_note(notes_end)
+        seen["asked_at"] = time.monotonic()
+        time.sleep(0.5)
+        seen["quiet_at"] = time.monotonic()
+        os.write(kboxd_end, b"q")
+        _read_note(notes_end)
+    thread = threading.Thread(target=kboxd, daemon=True)
+    thread.start()
+    try:
+        _check(job.run("STAGE_RUN", device_turn_path=fifo, device_notes_path=notes,
+                       warmup_calls=warmup_calls), "OK")
+    finally:
+        thread.join(30)
+        os.close(kboxd_end)
+        os.close(notes_end)
+    with open(os.path.join(job.root, "home", "calls")) as f:
+        calls = [float(line) for line in f]
+    return (sum(1 for t in calls if t < seen["asked_at"]),
+            sum(1 for t in calls if seen["asked_at"] <= t < seen["quiet_at"]),
+            sum(1 for t in calls if t >= seen["quiet_at"]))
+
+
+def test_warm_up_calls_come_before_the_quiet_and_timed_calls_after(tmp_path):
+    # Warm-up calls measure nothing, so they run before the quiet, beside
+    # another stage's set-up; every timed call (performance_trials = 5 at
+    # least) waits for kboxd's answer.
+    before, waiting, after = _calls_around_the_quiet(tmp_path / "warm", 4)
+    before_cold, _, _ = _calls_around_the_quiet(tmp_path / "cold", 0)
+    assert before - before_cold == 4
+    assert waiting == 0
+    assert after >= 5
+
+
 def test_set_up_failing_before_the_turn_still_notes_its_end(tmp_path):
     # A stage whose set-up failed is done setting up too: kboxd must not
     # hold a holder's quiet for it.

@@ -19,7 +19,6 @@ reference_cache_max_relative_ci, 1 % by default) is offered back to
 kboxd (StageReport.reference_for_cache) with the input signature.
 """
 import hashlib
-import os
 import sys
 
 import torch
@@ -75,6 +74,12 @@ class CachedReferenceTiming(object):
     around _measure that may use a cached reference figure."""
 
     def _measure_timing(self, ref_model, get_inputs, init_inputs):
+        """Both timings, or the candidate's against the cached reference
+        figure. The timing pool and the warm-up calls come first, beside
+        whatever another stage does on the device: they only bring both
+        sides to their steady state. Everything timed, the fits and the
+        calibration rounds included, runs with the device to this stage
+        alone (run_stage._timing_alone)."""
         spec = self.spec
         signature = input_signature(self.ref_sample[0], init_inputs) if self.ref_sample else ""
         cached = spec.cached_reference
@@ -84,11 +89,18 @@ class CachedReferenceTiming(object):
         if cached is not None and not usable:
             sys.stderr.write("kbox: cached reference figure not used (%s): timing both live\n" % (
                 "fresh_reference_timing" if spec.fresh_reference_timing else "input signature differs"))
+        t0 = timing.now_ms()
+        self._warm_up(ref_model, self._timing_pool(get_inputs), reference=not usable, candidate=True)
+        self._timed("timing_warm_up", t0)
+        self._timing_alone(lambda: self._measure_either(ref_model, get_inputs, signature, usable))
+
+    def _measure_either(self, ref_model, get_inputs, signature, usable):
+        spec = self.spec
         if usable:
             t0 = timing.now_ms()
             cand = self._measure_candidate_alone(ref_model, get_inputs)
             self._timed("timing_candidate_alone", t0)
-            ref = dict(cached["timing"], source=SOURCE_CACHE)
+            ref = dict(spec.cached_reference["timing"], source=SOURCE_CACHE)
             speedup = ref["lower_quartile_ms"] / cand["lower_quartile_ms"] \
                 if cand.get("lower_quartile_ms") else float("inf")
             if speedup < spec.live_recheck_speedup:
@@ -97,7 +109,7 @@ class CachedReferenceTiming(object):
                 return
             sys.stderr.write("kbox: speedup %.4g over the cached reference figure reaches %g: "
                              "timing both live\n" % (speedup, spec.live_recheck_speedup))
-        self._measure(ref_model, get_inputs)
+        self._measure(ref_model, get_inputs, reference_warm=not usable)
         ref = self.report["reference_timing"]
         ref["source"] = SOURCE_LIVE
         limit = spec.reference_cache_max_relative_ci
@@ -109,22 +121,16 @@ class CachedReferenceTiming(object):
         (untimed) only for the calls that are spot-checked. Returns the
         candidate's Timing dict; adds the same findings as _measure."""
         spec = self.spec
-        pool = [self.prepare(self.draw(judging.trial_seed(self.seed, "timing-%d" % k), get_inputs))
-                for k in range(judge_timing._TIMING_POOL)]
-        paths = [self.write(x, "pool") for x in pool]
-        self.ask({"op": "pool", "paths": paths}, HARNESS)
-        for path in paths:
-            os.unlink(path)
+        pool = self._timing_pool(get_inputs)  # drawn, sent and warmed before the quiet
         # Not fitted: only the empty calibration rounds use it, so their
         # shape matches the interleaved rounds' (the judge's turn, then the
         # candidate's).
         clock = timing.Clock(self.device, generous=True)
-        for w in range(spec.warmup_calls):
-            self.ask({"op": "prep", "pool": w % len(pool), "scale": 0.0, "shift": 1}, HARNESS)
-            self.ask({"op": "time"})
+        t0 = timing.now_ms()
         self.ask({"op": "prep", "pool": 0, "scale": 0.0, "shift": 1}, HARNESS)
         fit = self.ask({"op": "fit"})
         cand_cover = judging.number(fit.get("cover_ms")) or 0.0
+        self._summed("timing_fit", t0)
         overhead = self._calibrate(clock, len(pool))
         cand_times, outside, outran, uncovered = [], [], 0, ([], [])
         checks = 0
@@ -158,6 +164,7 @@ class CachedReferenceTiming(object):
                 if timing.relative_ci(cand_times) <= 0.01 or \
                         timing.now_ms() - started > judge_timing._TIMING_BUDGET_MS:
                     break
+        self._summed("timing_rounds", started)
         method = timing.METHOD_CUDA if self.device.type == "cuda" else timing.METHOD_CPU
         cand = timing.stats(cand_times, method)
         if self.device.type == "cuda":

@@ -37,7 +37,34 @@ _TRACE_ENV = "KBOX_TIMING_TRACE"
 class TimingRounds(object):
     """Mixed into RunStage: uses its ask/call/draw/prepare/write helpers."""
 
-    def _measure(self, ref_model, get_inputs):
+    def _timing_pool(self, get_inputs):
+        """The timing rounds' input sets, drawn from their own seeds and sent
+        to the candidate's process once per stage (a live measurement after
+        a cached one uses the same sets)."""
+        if self._pool is None:
+            pool = [self.prepare(self.draw(judging.trial_seed(self.seed, "timing-%d" % k), get_inputs))
+                    for k in range(_TIMING_POOL)]
+            paths = [self.write(x, "pool") for x in pool]
+            self.ask({"op": "pool", "paths": paths}, HARNESS)
+            for path in paths:  # loaded by the candidate's process; the judge keeps its own copies
+                os.unlink(path)
+            self._pool = pool
+        return self._pool
+
+    def _warm_up(self, ref_model, pool, reference, candidate):
+        """spec.warmup_calls untimed calls of either side on the pool's sets.
+        They bring caches, allocators and JIT compilers to their steady state
+        and measure nothing, so they may run before the holder's quiet
+        (run_stage._timing_alone), beside another stage's CUDA start."""
+        for w in range(self.spec.warmup_calls):
+            k = w % len(pool)
+            if reference:
+                self.call(self.forward, ref_model, inputs.shifted(pool[k], 1))
+            if candidate:
+                self.ask({"op": "prep", "pool": k, "scale": 0.0, "shift": 1}, HARNESS)
+                self.ask({"op": "time"})
+
+    def _measure(self, ref_model, get_inputs, reference_warm=False):
         """Interleaved timing: each round times the reference here and then
         the candidate in its process, on the same fresh perturbed input set at
         fresh addresses, the L2 flushed before each call and the clock stopped
@@ -46,24 +73,18 @@ class TimingRounds(object):
         compared with the reference's, and the candidate's own clock is
         checked against the time this process saw its calls take."""
         spec = self.spec
-        pool = [self.prepare(self.draw(judging.trial_seed(self.seed, "timing-%d" % k), get_inputs))
-                for k in range(_TIMING_POOL)]
-        paths = [self.write(x, "pool") for x in pool]
-        self.ask({"op": "pool", "paths": paths}, HARNESS)
-        for path in paths:  # loaded by the candidate's process; the judge keeps its own copies
-            os.unlink(path)
+        pool = self._timing_pool(get_inputs)
+        if not reference_warm:
+            self._warm_up(ref_model, pool, reference=True, candidate=False)
         clock = timing.Clock(self.device, generous=True)
-        for w in range(spec.warmup_calls):
-            k = w % len(pool)
-            self.call(self.forward, ref_model, inputs.shifted(pool[k], 1))
-            self.ask({"op": "prep", "pool": k, "scale": 0.0, "shift": 1}, HARNESS)
-            self.ask({"op": "time"})
+        t0 = timing.now_ms()
         graph = self._capture_reference(ref_model, pool)
         # Each side sizes its own launch cover to its warm model (timing.Clock).
         self.call(clock.fit, self._reference_call(ref_model, graph, pool[0], 0.0)[1])
         self.ask({"op": "prep", "pool": 0, "scale": 0.0, "shift": 1}, HARNESS)
         fit = self.ask({"op": "fit"})
         cand_cover = judging.number(fit.get("cover_ms")) or 0.0
+        self._summed("timing_fit", t0)
         overhead = self._calibrate(clock, len(pool))
         ref_times, cand_times, outside = [], [], []
         outran = [0, 0]  # calls whose host launch work outlasted the cover: reference, candidate
@@ -114,6 +135,7 @@ class TimingRounds(object):
                 settled = timing.relative_ci(ref_times) <= 0.01 and timing.relative_ci(cand_times) <= 0.01
                 if settled or timing.now_ms() - started > _TIMING_BUDGET_MS:
                     break
+        self._summed("timing_rounds", started)
         trace.close()
         method = timing.METHOD_CUDA if self.device.type == "cuda" else timing.METHOD_CPU
         self.report["reference_timing"] = timing.stats(ref_times, reference_graph.METHOD if graph else method)
@@ -197,7 +219,10 @@ class TimingRounds(object):
         (_empty_round), so a host that gets busier meanwhile (other jobs'
         compiles on a loaded machine) is not read as time hidden from the
         candidate's clock."""
-        return [self._empty_round(clock, k % pool_size) for k in range(_OVERHEAD_CALLS)]
+        t0 = timing.now_ms()
+        overhead = [self._empty_round(clock, k % pool_size) for k in range(_OVERHEAD_CALLS)]
+        self._summed("timing_calibrate", t0)
+        return overhead
 
     def _empty_round(self, clock, k):
         """The outside clock's milliseconds for one round with empty calls."""
@@ -212,6 +237,13 @@ class TimingRounds(object):
 
     def _spot_check(self, j, k, ref_out, ref_in):
         """Compares timed call j's output (on pool set k) with the reference's."""
+        t0 = timing.now_ms()
+        try:
+            self._compare_timed_output(j, k, ref_out, ref_in)
+        finally:
+            self._summed("timing_spot_checks", t0)
+
+    def _compare_timed_output(self, j, k, ref_out, ref_in):
         out_file = self.new_file("timed")
         reply = self.ask({"op": "save", "out": out_file, "inputs": False}, HARNESS)
         data, broken = self._candidate_output(reply, out_file, ref_in, ref_out, with_inputs=False)

@@ -64,6 +64,7 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         self.files = 0
         self.ref_sample = None  # (inputs, reference output) of trial 0, for the floor
         self.tolerances = {}  # atol per input set (_tolerance)
+        self._pool = None  # the timing rounds' input sets (judge_timing._timing_pool)
         self.turn_fd = None  # The device turn's FIFO (_await_turn), when prepared ahead.
         self.notes_fd = None  # This judge's notes to kboxd (_note), with the turn's FIFO.
 
@@ -540,7 +541,7 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         if spec.measure_performance and spec.performance_trials > 0:
             t0 = timing.now_ms()
             try:
-                self._timing_alone(lambda: self._measure_timing(ref_model, get_inputs, init))
+                self._measure_timing(ref_model, get_inputs, init)
             finally:
                 self._timed("timing", t0)
         self.report.update(outcome="OK", message="correct on %d trials" % len(self.trials))
