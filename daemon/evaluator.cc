@@ -505,6 +505,7 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
     placement.wall_limit = std::chrono::seconds(config_.compile_time_limit_s());
     StageOutcome compiled = runner_.Run(*ws, MakeSpec(*ws, settings, v1::STAGE_COMPILE), placement);
     durations->set_compile_ms(compiled.process.wall_ms);
+    trace.compile_cpu_ms = compiled.process.cpu_ms;
     output = compiled.process.output_tail;
     trace.compiled = true;
     if (!ApplyCompileStage(compiled, result, &trace.cause)) {
@@ -651,9 +652,11 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
       placement.turn_granted_ns = nullptr;  // The wall limit counts from its start.
       placement.run_again = true;
       metrics_.RecordSetUpAgain(gpu_backend ? std::optional<uint32_t>(slot) : std::nullopt);
+      trace.run_cpu_ms += ran.process.cpu_ms;
       ran = runner_.Run(*ws, run_spec, placement);
       run_ms += ran.process.wall_ms;
     }
+    trace.run_cpu_ms += ran.process.cpu_ms;
     durations->set_queue_wait_ms(lane_wait_ms + waited_ms);
     durations->set_run_ms(std::max(0.0, run_ms));
     trace.ran = true;

@@ -125,6 +125,11 @@ Metrics::Metrics(const MetricLabelSets& sets)
                               .Help("Run stages prepared ahead whose set-up failed before their "
                                     "device turn and were run again holding it, by device.")
                               .Register(*registry_)),
+      stage_cpu_seconds_total_(prometheus::BuildCounter()
+                                   .Name("kbox_stage_cpu_seconds_total")
+                                   .Help("CPU time of compile and run stages' sandboxed processes "
+                                         "(user + system), by backend and stage.")
+                                   .Register(*registry_)),
       queue_depth_(prometheus::BuildGauge()
                        .Name("kbox_queue_depth")
                        .Help("Jobs waiting for a compile worker or a run slot, by queue.")
@@ -241,6 +246,9 @@ Metrics::Metrics(const MetricLabelSets& sets)
     for (const char* phase : kPhases) {
       phase_seconds_.Add({{"backend", BackendLabel(b)}, {"phase", phase}}, PhaseBuckets());
     }
+    for (const char* stage : {"compile", "run"}) {
+      stage_cpu_seconds_total_.Add({{"backend", BackendLabel(b)}, {"stage", stage}});
+    }
   }
   for (unsigned cls = 1; cls <= 5; ++cls) responses_total_.Add({{"code", std::to_string(cls) + "xx"}});
   for (const auto& rule : static_check::RuleCatalog()) {
@@ -294,6 +302,11 @@ void Metrics::RecordJob(const v1::EvaluateResult& result, const JobTrace& trace)
     if (!p.happened) continue;
     phase_seconds_.Add({{"backend", backend}, {"phase", p.phase}}, PhaseBuckets())
         .Observe(p.ms / 1000.0);
+  }
+  // How much of the host a job took: the figure that sizes compile_workers
+  // against the run stages sharing the cores (docs/benchmarks.md).
+  for (const auto& [stage, ms] : {std::pair{"compile", trace.compile_cpu_ms}, std::pair{"run", trace.run_cpu_ms}}) {
+    if (ms > 0) stage_cpu_seconds_total_.Add({{"backend", backend}, {"stage", stage}}).Increment(ms / 1000.0);
   }
   if (result.status() == v1::INFRA_ERROR) {
     // Every INFRA_ERROR path names its cause; one that did not is a kboxd bug.

@@ -47,6 +47,10 @@ struct JobTrace {
   bool compiled = false;  // The compile stage ran, or a cached build was restored.
   bool queued = false;    // It waited for, and got, a run slot.
   bool ran = false;       // Its run stage ran.
+  // CPU time of the stages' process trees (user + system, reaped
+  // descendants included), milliseconds; 0 where a stage did not run.
+  double compile_cpu_ms = 0;
+  double run_cpu_ms = 0;
   FailureCause cause = {};
 };
 
@@ -141,6 +145,7 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& device_quarantines_total_;
   prometheus::Family<prometheus::Counter>& device_probes_total_;
   prometheus::Family<prometheus::Counter>& set_up_again_total_;
+  prometheus::Family<prometheus::Counter>& stage_cpu_seconds_total_;
   prometheus::Family<prometheus::Gauge>& queue_depth_;
   prometheus::Family<prometheus::Gauge>& run_slots_;
   prometheus::Family<prometheus::Gauge>& compile_slots_;

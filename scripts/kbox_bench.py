@@ -50,6 +50,8 @@ import kbox_bench_candidates as candidates  # noqa: E402
 
 PHASES = ("static_ms", "compile_ms", "queue_wait_ms", "run_ms", "total_ms")
 METRICS = ("kbox_build_cache_hits_total", "kbox_build_cache_misses_total")
+# kbox_stage_cpu_seconds_total summed over backends, by stage.
+STAGE_CPU = {"compile_cpu_s": "compile", "run_cpu_s": "run"}
 # kbox_queue_depth{queue=...}: jobs waiting, shown in progress lines.
 QUEUES = ("compile", "run_cpu", "run_gpu")
 TARGETS = {"distinct_per_gpu_hour": 3000, "ratio": 50, "busy": 0.80, "hit_overhead_s": 0.2,
@@ -97,7 +99,7 @@ def http(server, path, body=None, timeout=90):
 
 def diff_metrics(before, after):
     return {k: (after[k] - before[k]) if after.get(k) is not None and before.get(k) is not None else None
-            for k in METRICS}
+            for k in METRICS + tuple(STAGE_CPU)}
 
 
 def scrape(server):
@@ -107,6 +109,10 @@ def scrape(server):
     for name in METRICS:
         m = re.search(r"^%s(?:\{[^}]*\})? ([0-9.e+]+)$" % name, text, flags=re.M)
         out[name] = float(m.group(1)) if m else None
+    for key, stage in STAGE_CPU.items():
+        found = re.findall(r'^kbox_stage_cpu_seconds_total\{[^}]*stage="%s"[^}]*\} ([0-9.e+]+)$' % stage,
+                           text, flags=re.M)
+        out[key] = sum(float(v) for v in found) if found else None
     for q in QUEUES:
         m = re.search(r'^kbox_queue_depth\{[^}]*queue="%s"[^}]*\} ([0-9.e+]+)$' % q, text, flags=re.M)
         out[q] = float(m.group(1)) if m else None
@@ -466,6 +472,13 @@ def print_summary(s):
     pc = lambda v: f(None if v is None else 100 * v, "%.0f %%")  # noqa: E731
     print("build cache: %d hits; hit rate %s of evaluated jobs, %s of resubmissions; metrics %s" % (
         s["cache_hits"], pc(s["cache_hit_rate_all"]), pc(s["cache_hit_rate_resubmitted"]), s["metrics"]))
+    compiles, runs = (s["metrics"] or {}).get("kbox_build_cache_misses_total"), s["evaluated"]
+    cpu = s["metrics"] or {}
+    if cpu.get("compile_cpu_s") is not None and cpu.get("run_cpu_s") is not None and compiles and runs:
+        print("CPU of the stages' processes (kbox_stage_cpu_seconds_total): %.1f CPU-s per compile (%d), "
+              "%.1f CPU-s per run stage (%d); %.1f cores busy on average over the wall" % (
+                  cpu["compile_cpu_s"] / compiles, compiles, cpu["run_cpu_s"] / runs, runs,
+                  (cpu["compile_cpu_s"] + cpu["run_cpu_s"]) / s["wall_s"]))
     print("hit latency without the run (total - run): p50 %s s, p99 %s s   [target <= 0.2 s: %s]" % (
         f(s["hit_overhead_p50_s"], "%.3f"), f(s["hit_overhead_p99_s"], "%.3f"),
         verdict(s["hit_overhead_p99_s"], TARGETS["hit_overhead_s"], higher_is_better=False)))

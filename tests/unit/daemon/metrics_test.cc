@@ -78,6 +78,7 @@ TEST(MetricsTest, DeclaresEveryMetricWithItsType) {
       {"kbox_zygote_start_failures_total", "counter"},
       {"kbox_device_quarantines_total", "counter"},
       {"kbox_device_probes_total", "counter"},
+      {"kbox_stage_cpu_seconds_total", "counter"},
       {"kbox_queue_depth", "gauge"},
       {"kbox_run_slots", "gauge"},
       {"kbox_compile_slots", "gauge"},
@@ -136,6 +137,7 @@ TEST(MetricsTest, LabelValuesComeFromClosedSets) {
       {"kbox_zygote_start_failures_total", {{"device", devices}}},
       {"kbox_device_quarantines_total", {{"device", devices}}},
       {"kbox_device_probes_total", {{"device", devices}, {"result", {"pass", "fail"}}}},
+      {"kbox_stage_cpu_seconds_total", {{"backend", backends}, {"stage", {"compile", "run"}}}},
       {"kbox_queue_depth", {{"queue", {"compile", "run_cpu", "run_gpu"}}}},
       {"kbox_run_slots", {{"device", devices}, {"state", {"busy", "idle", "quarantined"}}}},
       {"kbox_compile_slots", {{"state", {"busy", "idle"}}}},
@@ -186,7 +188,8 @@ TEST(MetricsTest, RecordJobCountsStatusPhasesAndCauses) {
   JobTrace compiled{.checked = true, .compiled = true};
   compiled.cause.infra = InfraCause::kHarnessCrash;
   metrics.RecordJob(Job(v1::BACKEND_CUDA, v1::INFRA_ERROR), compiled);
-  JobTrace violated{.checked = true, .compiled = true, .queued = true, .ran = true};
+  JobTrace violated{.checked = true, .compiled = true, .queued = true, .ran = true,
+                    .compile_cpu_ms = 1500, .run_cpu_ms = 250};
   violated.cause.violation = ViolationKind::kSeccomp;
   metrics.RecordJob(Job(v1::BACKEND_CPU, v1::SANDBOX_VIOLATION), violated);
   // An INFRA_ERROR without a cause still counts, as kboxd's own bug.
@@ -201,6 +204,9 @@ TEST(MetricsTest, RecordJobCountsStatusPhasesAndCauses) {
   EXPECT_EQ(e.samples.at("kbox_infra_errors_total").at(R"(cause="internal")"), 1);
   EXPECT_EQ(e.samples.at("kbox_worker_crashes_total").at(R"(worker="harness")"), 1);
   EXPECT_EQ(e.samples.at("kbox_sandbox_violations_total").at(R"(kind="seccomp")"), 1);
+  EXPECT_DOUBLE_EQ(e.samples.at("kbox_stage_cpu_seconds_total").at(R"(backend="cpu",stage="compile")"), 1.5);
+  EXPECT_DOUBLE_EQ(e.samples.at("kbox_stage_cpu_seconds_total").at(R"(backend="cpu",stage="run")"), 0.25);
+  EXPECT_EQ(e.samples.at("kbox_stage_cpu_seconds_total").at(R"(backend="cuda",stage="compile")"), 0);
   const auto& count = e.samples.at("kbox_job_phase_duration_seconds_count");
   // The CUDA job never reached a run slot: no queue_wait or run observation.
   EXPECT_EQ(count.at(R"(backend="cuda",phase="compile")"), 1);
