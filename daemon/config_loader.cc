@@ -124,6 +124,9 @@ boost::system::result<v1::DaemonConfig, FieldError> ApplyConfigDefaults(v1::Daem
   if (!(c.job_cpu_cores() >= 0) || c.job_cpu_cores() > 4096) {
     return FieldError{"job_cpu_cores", "must be between 0 (no limit) and 4096"};
   }
+  if (c.run_stage_cpu_weight() > 10'000) {
+    return FieldError{"run_stage_cpu_weight", "must be at most 10000 (0: the default weight)"};
+  }
   if (c.job_memory_bytes() < 256 * kMiB) return FieldError{"job_memory_bytes", "must be at least 256 MiB"};
   for (const auto& path : c.sandbox_ro_paths()) {
     if (path.empty() || path.front() != '/') {
@@ -166,6 +169,7 @@ boost::system::result<CommandLine, FieldError> ParseCommandLine(int argc,
   std::string api_tokens_file, tls_cert_file, tls_key_file, job_store_dir;
   unsigned cpu_slots = 0, compile_workers = 0, max_in_flight = 0;
   std::optional<unsigned> stages_ahead;
+  unsigned run_cpu_weight = 0;
   std::vector<unsigned> gpus;
   std::vector<std::string> backends;
   po::options_description desc("kboxd: the kbox evaluation daemon\n\nOptions");
@@ -199,6 +203,9 @@ boost::system::result<CommandLine, FieldError> ParseCommandLine(int argc,
       "run-stages-ahead", po::value<unsigned>()->notifier([&](unsigned n) { stages_ahead = n; }),
       "run stages per device that prepare while another job holds it; 0: none "
       "(docs/run-stages-ahead.md)")(
+      "run-stage-cpu-weight", po::value(&run_cpu_weight),
+      "cpu.weight of run stages' cgroups, compile stages' being 100 (cgroup v2 with the cpu "
+      "controller); default 0: 100, as compiles")(
       "compile-workers", po::value(&compile_workers), "compile stages at once")(
       "max-in-flight-jobs", po::value(&max_in_flight), "jobs accepted at once")(
       "gpu", po::value(&gpus)->multitoken(), "GPU index to use (repeatable); default: all")(
@@ -268,6 +275,7 @@ boost::system::result<CommandLine, FieldError> ParseCommandLine(int argc,
   if (vm.count("no-cuda-per-operator-headers")) c.set_cuda_per_operator_headers(false);
   if (cpu_slots) c.set_cpu_run_slots(cpu_slots);
   if (stages_ahead) c.set_run_stages_ahead(*stages_ahead);
+  if (run_cpu_weight) c.set_run_stage_cpu_weight(run_cpu_weight);
   if (compile_workers) c.set_compile_workers(compile_workers);
   if (max_in_flight) c.set_max_in_flight_jobs(max_in_flight);
   if (!gpus.empty()) {

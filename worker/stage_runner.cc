@@ -158,7 +158,9 @@ StageOutcome StageRunner::RunSandboxed(const JobWorkspace& ws, v1::Stage stage,
   std::optional<JobCgroup> cgroup;
   std::vector<std::string> procs;
   if (sandbox_->cgroups) {
-    auto created = sandbox_->cgroups->CreateJob(name, sandbox_->limits);
+    CgroupLimits limits = sandbox_->limits;
+    if (stage != v1::STAGE_COMPILE) limits.cpu_weight = sandbox_->run_cpu_weight;
+    auto created = sandbox_->cgroups->CreateJob(name, limits);
     if (!created) {
       outcome.process.spawn_error = created.error().message;
       return outcome;
