@@ -472,8 +472,8 @@ def print_summary(s):
     pc = lambda v: f(None if v is None else 100 * v, "%.0f %%")  # noqa: E731
     print("build cache: %d hits; hit rate %s of evaluated jobs, %s of resubmissions; metrics %s" % (
         s["cache_hits"], pc(s["cache_hit_rate_all"]), pc(s["cache_hit_rate_resubmitted"]), s["metrics"]))
-    compiles, runs = (s["metrics"] or {}).get("kbox_build_cache_misses_total"), s["evaluated"]
     cpu = s["metrics"] or {}
+    compiles, runs = cpu.get("kbox_build_cache_misses_total"), s["evaluated"]
     if cpu.get("compile_cpu_s") is not None and cpu.get("run_cpu_s") is not None and compiles and runs:
         print("CPU of the stages' processes (kbox_stage_cpu_seconds_total): %.1f CPU-s per compile (%d), "
               "%.1f CPU-s per run stage (%d); %.1f cores busy on average over the wall" % (

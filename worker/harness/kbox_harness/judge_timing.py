@@ -64,14 +64,16 @@ class TimingRounds(object):
                 self.ask({"op": "prep", "pool": k, "scale": 0.0, "shift": 1}, HARNESS)
                 self.ask({"op": "time"})
 
-    def _measure(self, ref_model, get_inputs, reference_warm=False):
+    def _measure(self, ref_model, get_inputs, reference_warm):
         """Interleaved timing: each round times the reference here and then
         the candidate in its process, on the same fresh perturbed input set at
         fresh addresses, the L2 flushed before each call and the clock stopped
         after a device-wide sync. Outputs of a random share of the candidate's
         timed calls (all of the first two; chosen after the call) are
         compared with the reference's, and the candidate's own clock is
-        checked against the time this process saw its calls take."""
+        checked against the time this process saw its calls take. The
+        candidate is warm already (_measure_timing); the reference too when
+        reference_warm."""
         spec = self.spec
         pool = self._timing_pool(get_inputs)
         if not reference_warm:
