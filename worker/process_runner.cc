@@ -142,7 +142,8 @@ ProcessOutcome RunProcess(const ProcessSpec& spec) {
   const int pidfd_number = pidfd.get();
   const MainProcess main{.ended_fd = pidfd_number,
                          .reap = [&](ProcessOutcome& o) { Reap(pid, pidfd_number, o); },
-                         .kill_group = [pid] { KillGroup(pid); }};
+                         .kill_group = [pid] { KillGroup(pid); },
+                         .group = pid};
   SuperviseProcess(spec, start, std::move(output_r), std::move(result_r), main, out);
   out.wall_ms = MsSince(start);
   return out;

@@ -18,6 +18,8 @@
 
 namespace kbox {
 
+class PausableGroup;
+
 struct ProcessSpec {
   // argv[0] must be an absolute path: no PATH search happens.
   std::vector<std::string> argv;
@@ -46,6 +48,10 @@ struct ProcessSpec {
   // itself may last up to turn_wait_limit. Null: wall_limit counts from fork.
   const std::atomic<int64_t>* turn_granted_ns = nullptr;
   std::chrono::milliseconds turn_wait_limit{0};
+  // When set, receives the job's process group while its main process runs,
+  // withdrawn before the main process is reaped: a stage prepared ahead is
+  // paused through it during another job's timing (process_group_pause.h).
+  PausableGroup* pausable = nullptr;
 };
 
 // How often a running process checks ProcessSpec::cancel.

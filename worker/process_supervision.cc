@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <optional>
 
+#include "worker/process_group_pause.h"
+
 namespace kbox {
 
 using Clock = std::chrono::steady_clock;
@@ -51,6 +53,12 @@ void SuperviseProcess(const ProcessSpec& spec, Clock::time_point start, Fd outpu
   const bool waits_for_turn = spec.turn_granted_ns != nullptr;
   auto deadline = start + spec.wall_limit + (waits_for_turn ? spec.turn_wait_limit : Clock::duration{});
   bool turn_seen = !waits_for_turn;
+  // Withdrawn before every reap: once reaped, the group's number may be reused.
+  if (spec.pausable) spec.pausable->Publish(main.group);
+  const auto reap = [&] {
+    if (spec.pausable) spec.pausable->Withdraw();
+    main.reap(out);
+  };
 
   while (output_r.get() >= 0 || result_r.get() >= 0 || !main_exited) {
     const auto now = Clock::now();
@@ -65,7 +73,7 @@ void SuperviseProcess(const ProcessSpec& spec, Clock::time_point start, Fd outpu
       if (!main_exited) {
         out.end = ProcessOutcome::End::kTimedOut;
         main.kill_group();
-        main.reap(out);
+        reap();
       }
       break;  // Drain grace over: a process that escaped the group holds a pipe.
     }
@@ -75,7 +83,7 @@ void SuperviseProcess(const ProcessSpec& spec, Clock::time_point start, Fd outpu
     if (spec.cancel && spec.cancel->load() && !main_exited) {
       out.end = ProcessOutcome::End::kCancelled;
       main.kill_group();
-      main.reap(out);
+      reap();
       break;
     }
     auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(limit - now) +
@@ -99,7 +107,7 @@ void SuperviseProcess(const ProcessSpec& spec, Clock::time_point start, Fd outpu
         if (out.output_bytes > spec.max_output_bytes && !main_exited) {
           out.end = ProcessOutcome::End::kOutputLimit;
           main.kill_group();
-          main.reap(out);
+          reap();
           main_exited = true;
           drain_deadline = Clock::now() + kDrainGrace;
         }
@@ -117,13 +125,14 @@ void SuperviseProcess(const ProcessSpec& spec, Clock::time_point start, Fd outpu
       }
     }
     if (fds[2].revents != 0 && !main_exited) {
-      main.reap(out);
+      reap();
       main_exited = true;
       // The job is over: whatever it left running in its group goes too.
       main.kill_group();
       drain_deadline = Clock::now() + kDrainGrace;
     }
   }
+  if (spec.pausable) spec.pausable->Withdraw();
   if (out.output_tail.size() > spec.output_tail_bytes) {
     out.output_tail.erase(0, out.output_tail.size() - spec.output_tail_bytes);
   }

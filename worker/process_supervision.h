@@ -6,6 +6,8 @@
 // RunProcess (fork+exec by kboxd) and Zygote::Run (a child forked by a
 // pre-forked zygote) both end here, so both give the same guarantees.
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <functional>
 #include <string>
@@ -30,6 +32,8 @@ struct MainProcess {
   std::function<void(ProcessOutcome& out)> reap;
   // SIGKILLs the job's whole process group.
   std::function<void()> kill_group;
+  // The job's process group (published to ProcessSpec::pausable).
+  pid_t group = 0;
 };
 
 // Reads `output_r` and `result_r` until both are closed and the main process

@@ -98,6 +98,7 @@ ProcessSpec StageRunner::BuildProcessSpec(const JobWorkspace& ws, const std::str
   p.cancel = placement.cancel;
   p.turn_granted_ns = placement.turn_granted_ns;
   p.turn_wait_limit = placement.turn_wait_limit;
+  p.pausable = placement.pausable;
   p.max_output_bytes = settings_.max_output_bytes;
   return p;
 }

@@ -14,6 +14,7 @@
 #include "kbox/v1/sandbox.pb.h"
 #include "worker/job_cgroup.h"
 #include "worker/job_workspace.h"
+#include "worker/process_group_pause.h"
 #include "worker/process_runner.h"
 #include "worker/zygote.h"
 
@@ -66,6 +67,8 @@ struct StagePlacement {
   // ProcessSpec::turn_granted_ns (StageSpec.device_turn_path is its FIFO).
   const std::atomic<int64_t>* turn_granted_ns = nullptr;
   std::chrono::milliseconds turn_wait_limit{0};
+  // See ProcessSpec::pausable.
+  PausableGroup* pausable = nullptr;
   // The stage runs again in the same workspace (a run stage whose set-up
   // failed before its device turn: StageReport.set_up_again): its spec file
   // is replaced. Otherwise a spec file already there fails the run.

@@ -197,7 +197,8 @@ std::optional<ProcessOutcome> Zygote::Run(const std::string& sandbox_spec,
                          .reap = [&](ProcessOutcome& o) {
                            if (!ReadExit(group, o)) zygote_failed = true;
                          },
-                         .kill_group = [group] { ::kill(-group, SIGKILL); }};
+                         .kill_group = [group] { ::kill(-group, SIGKILL); },
+                         .group = group};
   SuperviseProcess(limits, start, std::move(output_r), std::move(result_r), main, out);
   if (zygote_failed) {
     ::kill(-group, SIGKILL);

@@ -1,0 +1,56 @@
+#pragma once
+
+// Pausing a stage's whole process group (SIGSTOP/SIGCONT), for the device's
+// quiet (docs/run-stages-ahead.md): a stage prepared ahead whose CUDA start
+// would run beside the holder's timing is stopped instead, and continued once
+// the timing is over, so the holder need not wait for its set-up to finish.
+//
+// Only kbox's own harness runs in a stage that is still setting up (the
+// candidate's code loads after its turn), and a stopped process neither runs
+// code nor submits GPU work; what it already submitted finishes within the
+// ioctl that submitted it, and a thread is only stopped once it is back in
+// user space. So "every thread of the group is stopped" is the condition
+// under which nothing of the stage can touch the device.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <mutex>
+#include <string>
+
+namespace kbox {
+
+// Sends SIGSTOP to `group` and waits until every thread of every process in
+// it is stopped (or gone), for at most `limit`. False when the group does not
+// exist, or some thread was still running at the limit (the group is then
+// continued again, as if never stopped; `running`, when given, then
+// describes those threads: state and kernel wait channel). A thread in an
+// uninterruptible wait (a driver's ioctl) stops only once it returns.
+bool StopProcessGroup(pid_t group, std::chrono::milliseconds limit, std::string* running = nullptr);
+
+// SIGCONT to `group`.
+void ContinueProcessGroup(pid_t group);
+
+// Whether every thread of every process in `group` is stopped, and the group
+// has at least one process. Reads /proc.
+bool ProcessGroupStopped(pid_t group);
+
+// The process group of one running stage, from its start until its main
+// process ends: the supervisor publishes it (SuperviseProcess) and withdraws it
+// before reaping, so a pause never reaches a group number the kernel reused.
+class PausableGroup {
+ public:
+  void Publish(pid_t group);
+  void Withdraw();
+  // StopProcessGroup on the published group; false when none is published.
+  bool Pause(std::chrono::milliseconds limit, std::string* running = nullptr);
+  // Continues the group if Pause stopped it (and it is still published).
+  void Resume();
+
+ private:
+  std::mutex mu_;
+  pid_t group_ = 0;
+  bool paused_ = false;
+};
+
+}  // namespace kbox
