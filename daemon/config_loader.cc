@@ -65,6 +65,7 @@ boost::system::result<v1::DaemonConfig, FieldError> ApplyConfigDefaults(v1::Daem
   if (c.cpu_run_slots() == 0) c.set_cpu_run_slots(1);
   if (!c.has_infra_retries()) c.set_infra_retries(1);
   if (!c.has_run_stages_ahead()) c.set_run_stages_ahead(1);
+  if (!c.has_pause_set_ups_for_quiet()) c.set_pause_set_ups_for_quiet(true);
   if (c.compile_time_limit_s() == 0) c.set_compile_time_limit_s(300);
   if (c.default_time_limit_s() == 0) c.set_default_time_limit_s(120);
   if (c.max_time_limit_s() == 0) c.set_max_time_limit_s(900);
@@ -203,6 +204,9 @@ boost::system::result<CommandLine, FieldError> ParseCommandLine(int argc,
       "run-stages-ahead", po::value<unsigned>()->notifier([&](unsigned n) { stages_ahead = n; }),
       "run stages per device that prepare while another job holds it; 0: none "
       "(docs/run-stages-ahead.md)")(
+      "no-pause-set-ups",
+      "a holder's timing waits for the stages setting up ahead of it to finish, rather than "
+      "stopping them until it is done (docs/run-stages-ahead.md)")(
       "run-stage-cpu-weight", po::value(&run_cpu_weight),
       "cpu.weight of run stages' cgroups, compile stages' being 100 (cgroup v2 with the cpu "
       "controller); default 0: 100, as compiles")(
@@ -272,6 +276,7 @@ boost::system::result<CommandLine, FieldError> ParseCommandLine(int argc,
   if (vm.count("cupti-launch-probe")) c.set_cupti_launch_probe(true);
   if (vm.count("no-cupti-launch-probe")) c.set_cupti_launch_probe(false);
   if (vm.count("no-precompiled-header")) c.set_precompiled_header(false);
+  if (vm.count("no-pause-set-ups")) c.set_pause_set_ups_for_quiet(false);
   if (vm.count("no-cuda-per-operator-headers")) c.set_cuda_per_operator_headers(false);
   if (cpu_slots) c.set_cpu_run_slots(cpu_slots);
   if (stages_ahead) c.set_run_stages_ahead(*stages_ahead);

@@ -4,13 +4,14 @@
 
 namespace kbox {
 
-DeviceTurns::Ticket DeviceTurns::Enqueue(uint32_t device, Give give, bool sets_up) {
+DeviceTurns::Ticket DeviceTurns::Enqueue(uint32_t device, Give give, bool sets_up, Pauser pauser) {
   std::unique_lock lock(mu_);
   auto& queue = queues_[device];
   // A stage prepared ahead starts CUDA at once: not while the holder times.
   if (sets_up) quiet_over_.wait(lock, [&] { return !QuietHeld(queue); });
   const uint64_t id = next_id_++;
-  queue.push_back(Entry{id, std::move(give), sets_up, nullptr, false});
+  Entry entry{id, std::move(give), sets_up, nullptr, false, std::move(pauser)};
+  queue.push_back(std::move(entry));
   if (queue.size() == 1) queue.front().give();
   return Ticket(this, device, id);
 }
@@ -28,7 +29,7 @@ bool DeviceTurns::QuietHeld(const std::list<Entry>& queue) {
 void DeviceTurns::GrantQuietIfClear(std::list<Entry>& queue) {
   if (queue.empty() || !queue.front().quiet_grant) return;
   const bool clear = std::none_of(std::next(queue.begin()), queue.end(),
-                                  [](const Entry& e) { return e.setting_up; });
+                                  [](const Entry& e) { return e.setting_up && !e.paused; });
   if (!clear) return;
   Entry& holder = queue.front();
   holder.quiet = true;
@@ -37,18 +38,77 @@ void DeviceTurns::GrantQuietIfClear(std::list<Entry>& queue) {
   grant();
 }
 
+std::vector<std::function<void()>> DeviceTurns::TakePaused(std::list<Entry>& queue) {
+  std::vector<std::function<void()>> resumes;
+  for (Entry& e : queue) {
+    e.pause_failed = false;  // The next quiet tries again.
+    if (!e.paused) continue;
+    e.paused = false;
+    if (e.pauser.resume) resumes.push_back(e.pauser.resume);
+  }
+  return resumes;
+}
+
 void DeviceTurns::Leave(uint32_t device, uint64_t id) {
-  std::lock_guard lock(mu_);
-  auto& queue = queues_[device];
-  const auto it = std::find_if(queue.begin(), queue.end(), [&](const Entry& e) { return e.id == id; });
-  if (it == queue.end()) return;
-  const bool held = it == queue.begin();
-  const bool had_quiet = it->quiet;
-  queue.erase(it);
-  if (held && !queue.empty()) queue.front().give();
-  // One setting up fewer, or a new holder that asked before its turn.
-  GrantQuietIfClear(queue);
-  if (had_quiet) quiet_over_.notify_all();
+  std::vector<std::function<void()>> resumes;
+  {
+    std::lock_guard lock(mu_);
+    auto& queue = queues_[device];
+    const auto it = std::find_if(queue.begin(), queue.end(), [&](const Entry& e) { return e.id == id; });
+    if (it == queue.end()) return;
+    const bool held = it == queue.begin();
+    const bool had_quiet = it->quiet;
+    queue.erase(it);
+    // The holder's quiet ends with it (a new holder asks for its own).
+    if (held) resumes = TakePaused(queue);
+    if (held && !queue.empty()) queue.front().give();
+    // One setting up fewer, or a new holder that asked before its turn.
+    GrantQuietIfClear(queue);
+    if (had_quiet) quiet_over_.notify_all();
+  }
+  for (const auto& resume : resumes) resume();
+  PauseForQuiet(device);
+}
+
+void DeviceTurns::PauseForQuiet(uint32_t device) {
+  for (;;) {
+    std::vector<std::pair<uint64_t, std::function<bool()>>> batch;
+    {
+      std::lock_guard lock(mu_);
+      auto& queue = queues_[device];
+      if (queue.empty() || !queue.front().quiet_grant) return;
+      for (auto it = std::next(queue.begin()); it != queue.end(); ++it) {
+        if (it->setting_up && !it->paused && !it->pausing && !it->pause_failed && it->pauser.pause) {
+          it->pausing = true;
+          batch.emplace_back(it->id, it->pauser.pause);
+        }
+      }
+      if (batch.empty()) return;
+    }
+    std::vector<char> stopped;
+    for (const auto& [id, pause] : batch) stopped.push_back(pause() ? 1 : 0);
+    std::vector<std::function<void()>> resumes;
+    {
+      std::lock_guard lock(mu_);
+      auto& queue = queues_[device];
+      // The quiet may have ended (or its holder left) meanwhile.
+      const bool still_asked = !queue.empty() && queue.front().quiet_grant;
+      for (size_t i = 0; i < batch.size(); ++i) {
+        Entry* e = Find(device, batch[i].first);
+        if (!e) continue;  // Its stage ended.
+        e->pausing = false;
+        if (!stopped[i]) {
+          e->pause_failed = true;
+        } else if (still_asked) {
+          e->paused = true;
+        } else if (e->pauser.resume) {
+          resumes.push_back(e->pauser.resume);
+        }
+      }
+      GrantQuietIfClear(queue);
+    }
+    for (const auto& resume : resumes) resume();
+  }
 }
 
 bool DeviceTurns::Ticket::holds() const {
@@ -67,23 +127,32 @@ void DeviceTurns::Ticket::SetUpDone() const {
 
 void DeviceTurns::Ticket::AskQuiet(Give grant) const {
   if (!turns_) return;
-  std::lock_guard lock(turns_->mu_);
-  Entry* e = turns_->Find(device_, id_);
-  if (!e || e->quiet || e->quiet_grant) return;  // Asked once per timing.
-  e->quiet_grant = std::move(grant);
-  GrantQuietIfClear(turns_->queues_[device_]);
+  {
+    std::lock_guard lock(turns_->mu_);
+    Entry* e = turns_->Find(device_, id_);
+    if (!e || e->quiet || e->quiet_grant) return;  // Asked once per timing.
+    e->quiet_grant = std::move(grant);
+    GrantQuietIfClear(turns_->queues_[device_]);
+  }
+  turns_->PauseForQuiet(device_);
 }
 
 void DeviceTurns::Ticket::EndQuiet() const {
   if (!turns_) return;
-  std::lock_guard lock(turns_->mu_);
-  Entry* e = turns_->Find(device_, id_);
-  if (!e) return;
-  e->quiet_grant = nullptr;
-  if (e->quiet) {
-    e->quiet = false;
-    turns_->quiet_over_.notify_all();
+  std::vector<std::function<void()>> resumes;
+  {
+    std::lock_guard lock(turns_->mu_);
+    Entry* e = turns_->Find(device_, id_);
+    if (!e) return;
+    e->quiet_grant = nullptr;
+    if (e->quiet) {
+      e->quiet = false;
+      turns_->quiet_over_.notify_all();
+    }
+    auto& queue = turns_->queues_[device_];
+    if (!queue.empty() && queue.front().id == id_) resumes = TakePaused(queue);
   }
+  for (const auto& resume : resumes) resume();
 }
 
 bool DeviceTurns::Held(uint32_t device) const {

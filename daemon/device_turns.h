@@ -12,7 +12,11 @@
 // holder's timing (a false run.timing-mismatch on a tiny Triton kernel in
 // the GPU suite). So the holder asks for the device to itself before it
 // times (AskQuiet): that is granted once no stage of the device is still
-// setting up, and while it lasts no new stage prepared ahead starts.
+// setting up, and while it lasts no new stage prepared ahead starts. A stage
+// that can be paused (its Pauser, process_group_pause.h: every thread of it
+// stopped) no longer counts as setting up while paused: it is paused when the
+// quiet is asked and continued when the quiet ends, so the holder times at
+// once instead of waiting for the rest of the next stage's CUDA start.
 
 #include <condition_variable>
 #include <cstdint>
@@ -20,6 +24,7 @@
 #include <list>
 #include <map>
 #include <mutex>
+#include <vector>
 
 namespace kbox {
 
@@ -29,6 +34,13 @@ class DeviceTurns {
   // that freed the device (or in Enqueue when it was free): it must be quick
   // and must not call back into DeviceTurns.
   using Give = std::function<void()>;
+
+  // Pauses a stage setting up (true once nothing of it runs) and resumes it.
+  // Both are called without the turns' lock; pause may take milliseconds.
+  struct Pauser {
+    std::function<bool()> pause;
+    std::function<void()> resume;
+  };
 
   class Ticket {
    public:
@@ -48,10 +60,12 @@ class DeviceTurns {
     void SetUpDone() const;
     // The holder is about to time: `grant` runs once (with the turns' lock
     // held, so it must be quick) when no other stage of the device is
-    // setting up, at once when none is. Asked by a ticket that does not
-    // hold the turn, it waits until the ticket does.
+    // setting up, at once when none is; stages that can be paused are paused
+    // first (on the calling thread). Asked by a ticket that does not hold the
+    // turn, it waits until the ticket does.
     void AskQuiet(Give grant) const;
-    // The holder's timing is over: stages prepared ahead may start again.
+    // The holder's timing is over: stages paused for it continue, and stages
+    // prepared ahead may start again.
     void EndQuiet() const;
 
    private:
@@ -67,8 +81,9 @@ class DeviceTurns {
   // ticket's (before Enqueue returns when nobody holds or waits for it).
   // sets_up: the stage sets up on the device before its turn (prepared
   // ahead) and counts as setting up until SetUpDone or it leaves; such an
-  // Enqueue first waits while the device's holder has its quiet.
-  Ticket Enqueue(uint32_t device, Give give, bool sets_up = false);
+  // Enqueue first waits while the device's holder has its quiet. `pauser`
+  // (optional) lets a holder's quiet pause the stage while it sets up.
+  Ticket Enqueue(uint32_t device, Give give, bool sets_up = false, Pauser pauser = {});
 
   // Whether some ticket holds `device`'s turn; tickets waiting for it.
   bool Held(uint32_t device) const;
@@ -81,8 +96,19 @@ class DeviceTurns {
     bool setting_up = false;
     Give quiet_grant;    // Asked, not yet granted.
     bool quiet = false;  // Granted, not yet ended.
+    Pauser pauser;
+    bool pausing = false;       // pause() is running.
+    bool paused = false;        // Stopped for the holder's quiet.
+    bool pause_failed = false;  // Not tried again: waited for instead.
   };
   void Leave(uint32_t device, uint64_t id);
+  // While `device`'s holder has asked for its quiet, pauses the stages
+  // setting up that can be paused, then grants the quiet if clear. Without
+  // mu_ held.
+  void PauseForQuiet(uint32_t device);
+  // Marks every paused entry of the queue continued and returns their
+  // resume functions, to be called without mu_. With mu_ held.
+  static std::vector<std::function<void()>> TakePaused(std::list<Entry>& queue);
   // Entry `id` of `device`, or null. With mu_ held.
   Entry* Find(uint32_t device, uint64_t id);
   // Grants the holder's asked quiet when no other entry is setting up.

@@ -15,6 +15,7 @@
 #include "daemon/static_verdicts.h"
 #include "daemon/version.h"
 #include "policy/request_policy.h"
+#include "worker/process_group_pause.h"
 
 namespace kbox {
 namespace {
@@ -25,6 +26,12 @@ namespace fs = std::filesystem;
 // (CUDA initialisation on a cold driver takes seconds; a hung one, forever).
 constexpr auto kDeviceProbeInterval = std::chrono::seconds(30);
 constexpr auto kDeviceProbeLimit = std::chrono::seconds(120);
+// How long a holder's quiet waits for a stage setting up to stop: a thread
+// stops on its way back from the kernel, and the CUDA driver's ioctls (a
+// context's creation, pinning host memory) may keep one there for a while
+// (the H100 run with 1 s saw 10 of 37 stages not stopped). Past it the stage
+// is continued and waited for instead.
+constexpr auto kSetUpPauseLimit = std::chrono::milliseconds(5000);
 
 double MsBetween(Evaluator::Clock::time_point a, Evaluator::Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
@@ -597,6 +604,27 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
       placement.turn_wait_limit =
           std::chrono::seconds((config_.max_time_limit_s() + 60) * config_.run_stages_ahead());
     }
+    // A holder's quiet pauses this stage while it sets up, rather than
+    // waiting for it (device_turns.h); off: it is waited for.
+    const auto pausable = std::make_shared<PausableGroup>();
+    DeviceTurns::Pauser pauser;
+    if (gate && config_.pause_set_ups_for_quiet()) {
+      placement.pausable = pausable.get();
+      const std::optional<uint32_t> metric_gpu =
+          gpu_backend ? std::optional<uint32_t>(slot) : std::nullopt;
+      pauser.pause = [this, pausable, metric_gpu, job_id = result.job_id()] {
+        std::string running;
+        const bool stopped = pausable->Pause(kSetUpPauseLimit, &running);
+        metrics_.RecordSetUpPause(metric_gpu, stopped);
+        if (!stopped && !running.empty()) {
+          std::cerr << "kboxd: job " << job_id << ": its stage setting up did not stop within "
+                    << kSetUpPauseLimit.count() << " ms (" << running << "); waited for instead"
+                    << std::endl;
+        }
+        return stopped;
+      };
+      pauser.resume = [pausable] { pausable->Resume(); };
+    }
     const auto started = Clock::now();
     TurnGate* const gate_ptr = gate.get();
     // A stage prepared ahead counts as setting up on the device until its
@@ -613,7 +641,7 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
             gate_ptr->Give();
           }
         },
-        /*sets_up=*/gate != nullptr));
+        /*sets_up=*/gate != nullptr, std::move(pauser)));
     if (gate) {
       if (auto error = open_notes()) {
         gate_failed(*error);

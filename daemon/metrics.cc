@@ -125,6 +125,12 @@ Metrics::Metrics(const MetricLabelSets& sets)
                               .Help("Run stages prepared ahead whose set-up failed before their "
                                     "device turn and were run again holding it, by device.")
                               .Register(*registry_)),
+      set_up_pauses_total_(prometheus::BuildCounter()
+                               .Name("kbox_set_up_pauses_total")
+                               .Help("Run stages setting up ahead that another job's timing "
+                                     "paused (result stopped) or, failing to stop, waited for "
+                                     "(not_stopped), by device.")
+                               .Register(*registry_)),
       stage_cpu_seconds_total_(prometheus::BuildCounter()
                                    .Name("kbox_stage_cpu_seconds_total")
                                    .Help("CPU time of compile and run stages' sandboxed processes "
@@ -376,6 +382,11 @@ void Metrics::RecordDeviceProbe(uint32_t gpu, bool passed) {
 
 void Metrics::RecordSetUpAgain(std::optional<uint32_t> gpu) {
   set_up_again_total_.Add({{"device", DeviceLabel(gpu)}}).Increment();
+}
+
+void Metrics::RecordSetUpPause(std::optional<uint32_t> gpu, bool stopped) {
+  set_up_pauses_total_.Add({{"device", DeviceLabel(gpu)}, {"result", stopped ? "stopped" : "not_stopped"}})
+      .Increment();
 }
 
 void Metrics::SetQueueDepth(const std::string& queue, size_t jobs) {

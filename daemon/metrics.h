@@ -80,6 +80,9 @@ class Metrics {
   // A run stage prepared ahead whose set-up failed before its turn, run
   // again holding the turn (docs/run-stages-ahead.md); nullopt: a CPU slot.
   void RecordSetUpAgain(std::optional<uint32_t> gpu);
+  // A stage setting up was paused for another job's timing (stopped) or
+  // could not be and was waited for (not_stopped).
+  void RecordSetUpPause(std::optional<uint32_t> gpu, bool stopped);
   // 1 while kboxd runs candidates without the sandbox.
   void SetInsecureMode(bool insecure) { insecure_mode_.Set(insecure ? 1 : 0); }
   // Jobs accepted and not finished.
@@ -145,6 +148,7 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& device_quarantines_total_;
   prometheus::Family<prometheus::Counter>& device_probes_total_;
   prometheus::Family<prometheus::Counter>& set_up_again_total_;
+  prometheus::Family<prometheus::Counter>& set_up_pauses_total_;
   prometheus::Family<prometheus::Counter>& stage_cpu_seconds_total_;
   prometheus::Family<prometheus::Gauge>& queue_depth_;
   prometheus::Family<prometheus::Gauge>& run_slots_;

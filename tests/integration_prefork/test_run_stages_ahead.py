@@ -11,6 +11,7 @@ import concurrent.futures
 import os
 import re
 import sys
+import time
 
 import pytest
 
@@ -158,3 +159,59 @@ def test_timing_asks_kboxd_for_the_device_to_itself():
             assert r["status"] == "CORRECT", it.describe(r)
             assert "quiet_wait" in r["durations"]["run_phases_ms"], r["durations"]
             assert r["candidate_timing"]["count"] > 0
+
+
+# A reference whose import takes seconds: the stage prepared ahead with it is
+# still setting up when the job holding the device asks for its quiet.
+def slow_reference(seconds):
+    return '''
+import time
+time.sleep(%s)
+''' % seconds + REFERENCE
+
+
+def metric_value(port, name, labels):
+    reply = it.request(port, "GET", "/metrics")
+    assert reply.status == 200, reply.text
+    total = 0.0
+    for line in reply.text.splitlines():
+        if line.startswith(name + "{") and all(l in line for l in labels):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+@pytest.mark.parametrize("pause", [True, False])
+def test_the_holders_quiet_pauses_a_stage_still_setting_up(pause):
+    # Job a holds the device and asks for its quiet while job b's stage, set
+    # up ahead, is still importing its slow reference. With pausing (the
+    # default) b's stage is stopped (SIGSTOP, every thread confirmed) and a
+    # times at once; with --no-pause-set-ups a waits for b's set-up to end.
+    # Both get their verdicts either way.
+    flags = ["--preforked-run-stage"] + ([] if pause else ["--no-pause-set-ups"])
+    with it.own_kboxd("kbox-ahead-pause-it-", CONFIG, flags) as (_, port, _):
+        def evaluate(name, reference, delay):
+            time.sleep(delay)
+            payload = {"reference_source": reference, "candidate_source": FAST_CANDIDATE,
+                       "backend": "BACKEND_CPU",
+                       "client_request_id": "ahead-pause-%s-%s" % (pause, name),
+                       "measure_performance": True, "correctness_trials": 2,
+                       "anticheat_profile": "off"}
+            reply = it.post_json(port, payload, timeout=600)
+            assert reply.status == 200, reply.text
+            return reply.json()
+
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            a = pool.submit(evaluate, "a", REFERENCE, 0)
+            b = pool.submit(evaluate, "b", slow_reference(12), 1.0)
+            first, second = a.result(), b.result()
+        for r in (first, second):
+            assert r["status"] == "CORRECT", it.describe(r)
+            assert r["candidate_timing"]["count"] > 0
+        quiet_wait_ms = first["durations"]["run_phases_ms"]["quiet_wait"]
+        stopped = metric_value(port, "kbox_set_up_pauses_total", ['result="stopped"'])
+        if pause:
+            assert stopped >= 1, stopped
+            assert quiet_wait_ms < 3000, first["durations"]
+        else:
+            assert stopped == 0, stopped
+            assert quiet_wait_ms > 5000, first["durations"]

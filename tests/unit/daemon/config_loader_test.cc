@@ -166,6 +166,18 @@ TEST(ConfigLoaderTest, RunStageCpuWeightIsOffUnlessSet) {
   EXPECT_EQ(config->run_stage_cpu_weight(), 200u);
 }
 
+// On unless turned off: a stage that cannot be stopped is waited for anyway.
+TEST(ConfigLoaderTest, PausingSetUpsForTheQuietIsOnUnlessTurnedOff) {
+  auto config = ApplyConfigDefaults(v1::DaemonConfig(), 4);
+  ASSERT_TRUE(config);
+  EXPECT_TRUE(config->pause_set_ups_for_quiet());
+  const auto flag = Parse({"--no-pause-set-ups"});
+  ASSERT_TRUE(flag) << flag.error().message;
+  config = ApplyConfigDefaults(flag->config, 4);
+  ASSERT_TRUE(config);
+  EXPECT_FALSE(config->pause_set_ups_for_quiet());
+}
+
 TEST(ConfigLoaderTest, ZeroCoresMeansOneCompileWorker) {
   const auto config = ApplyConfigDefaults(v1::DaemonConfig(), 0);
   ASSERT_TRUE(config);

@@ -134,5 +134,83 @@ TEST(DeviceTurnsTest, TheHolderLeavingEndsItsQuiet) {
   ahead.join();  // Returns: the quiet went with its holder.
 }
 
+
+// A stage setting up that can be paused is paused instead of waited for:
+// the quiet comes at once, and the stage continues when the quiet ends.
+struct FakeStage {
+  std::vector<std::string>* log;
+  std::string name;
+  bool stops = true;
+  DeviceTurns::Pauser Pauser() {
+    return {[this] {
+              log->push_back("pause " + name);
+              return stops;
+            },
+            [this] { log->push_back("resume " + name); }};
+  }
+};
+
+TEST(DeviceTurnsTest, QuietPausesStagesSettingUpAndResumesThemAfter) {
+  DeviceTurns turns;
+  std::vector<std::string> log;
+  FakeStage b_stage{&log, "b"}, c_stage{&log, "c"};
+  std::optional<DeviceTurns::Ticket> a(turns.Enqueue(0, [] {}, true));
+  a->SetUpDone();
+  std::optional<DeviceTurns::Ticket> b(turns.Enqueue(0, [] {}, true, b_stage.Pauser()));
+  std::optional<DeviceTurns::Ticket> c(turns.Enqueue(0, [] {}, true, c_stage.Pauser()));
+  c->SetUpDone();  // Done setting up: left alone.
+  a->AskQuiet([&] { log.push_back("quiet a"); });
+  EXPECT_EQ(log, (std::vector<std::string>{"pause b", "quiet a"}));
+  a->EndQuiet();
+  EXPECT_EQ(log, (std::vector<std::string>{"pause b", "quiet a", "resume b"}));
+  a.reset();  // Already resumed: not resumed twice.
+  EXPECT_EQ(log.size(), 3u);
+}
+
+TEST(DeviceTurnsTest, AStageThatDoesNotStopIsWaitedFor) {
+  DeviceTurns turns;
+  std::vector<std::string> log;
+  FakeStage b_stage{&log, "b", /*stops=*/false};
+  std::optional<DeviceTurns::Ticket> a(turns.Enqueue(0, [] {}, true));
+  a->SetUpDone();
+  std::optional<DeviceTurns::Ticket> b(turns.Enqueue(0, [] {}, true, b_stage.Pauser()));
+  a->AskQuiet([&] { log.push_back("quiet a"); });
+  EXPECT_EQ(log, std::vector<std::string>{"pause b"});  // Tried once, not again.
+  b->SetUpDone();
+  EXPECT_EQ(log, (std::vector<std::string>{"pause b", "quiet a"}));
+  a->EndQuiet();  // Nothing paused, nothing to resume.
+  EXPECT_EQ(log.size(), 2u);
+}
+
+TEST(DeviceTurnsTest, TheHolderLeavingResumesWhatItsQuietPaused) {
+  DeviceTurns turns;
+  std::vector<std::string> log;
+  FakeStage b_stage{&log, "b"}, c_stage{&log, "c"};
+  std::optional<DeviceTurns::Ticket> a(turns.Enqueue(0, [] {}, true));
+  a->SetUpDone();
+  std::optional<DeviceTurns::Ticket> b(turns.Enqueue(0, [] {}, true, b_stage.Pauser()));
+  std::optional<DeviceTurns::Ticket> c(turns.Enqueue(0, [] {}, true, c_stage.Pauser()));
+  a->AskQuiet([&] { log.push_back("quiet a"); });
+  EXPECT_EQ(log, (std::vector<std::string>{"pause b", "pause c", "quiet a"}));
+  c.reset();  // A paused stage that ends (killed) is not resumed.
+  a.reset();  // The holder ends without its 'd'.
+  EXPECT_EQ(log, (std::vector<std::string>{"pause b", "pause c", "quiet a", "resume b"}));
+}
+
+TEST(DeviceTurnsTest, AQuietAskedBeforeTheTurnPausesWhenTheTurnComes) {
+  DeviceTurns turns;
+  std::vector<std::string> log;
+  FakeStage c_stage{&log, "c"};
+  std::optional<DeviceTurns::Ticket> a(turns.Enqueue(0, [] {}, true));
+  a->SetUpDone();
+  std::optional<DeviceTurns::Ticket> b(turns.Enqueue(0, [] {}, true));
+  b->SetUpDone();
+  b->AskQuiet([&] { log.push_back("quiet b"); });
+  std::optional<DeviceTurns::Ticket> c(turns.Enqueue(0, [] {}, true, c_stage.Pauser()));
+  EXPECT_TRUE(log.empty());
+  a.reset();
+  EXPECT_EQ(log, (std::vector<std::string>{"pause c", "quiet b"}));
+}
+
 }  // namespace
 }  // namespace kbox

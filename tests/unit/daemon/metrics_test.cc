@@ -241,8 +241,13 @@ TEST(MetricsTest, WorkersDevicesAndQueues) {
   metrics.SetQueueDepth("run_gpu", 7);
   metrics.RecordResponse(503);
   metrics.RecordResponse(200);
+  metrics.RecordSetUpPause(1, true);
+  metrics.RecordSetUpPause(1, true);
+  metrics.RecordSetUpPause(std::nullopt, false);
 
   const Exposition e = Parse(metrics.Serialize());
+  EXPECT_EQ(e.samples.at("kbox_set_up_pauses_total").at(R"(device="gpu1",result="stopped")"), 2);
+  EXPECT_EQ(e.samples.at("kbox_set_up_pauses_total").at(R"(device="cpu",result="not_stopped")"), 1);
   EXPECT_EQ(e.samples.at("kbox_worker_crashes_total").at(R"(worker="zygote")"), 1);
   EXPECT_EQ(e.samples.at("kbox_zygote_restarts_total").at(R"(device="gpu1")"), 1);
   EXPECT_EQ(e.samples.at("kbox_zygote_start_failures_total").at(R"(device="cpu")"), 1);
