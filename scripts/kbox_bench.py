@@ -52,6 +52,9 @@ PHASES = ("static_ms", "compile_ms", "queue_wait_ms", "run_ms", "total_ms")
 METRICS = ("kbox_build_cache_hits_total", "kbox_build_cache_misses_total")
 # kbox_stage_cpu_seconds_total summed over backends, by stage.
 STAGE_CPU = {"compile_cpu_s": "compile", "run_cpu_s": "run"}
+# kbox_set_up_pauses_total by result, summed over devices; absent counts 0
+# (the family appears at the first pause).
+SET_UP_PAUSES = {"set_up_paused": "stopped", "set_up_not_paused": "not_stopped"}
 # kbox_queue_depth{queue=...}: jobs waiting, shown in progress lines.
 QUEUES = ("compile", "run_cpu", "run_gpu")
 TARGETS = {"distinct_per_gpu_hour": 3000, "ratio": 50, "busy": 0.80, "hit_overhead_s": 0.2,
@@ -99,7 +102,7 @@ def http(server, path, body=None, timeout=90):
 
 def diff_metrics(before, after):
     return {k: (after[k] - before[k]) if after.get(k) is not None and before.get(k) is not None else None
-            for k in METRICS + tuple(STAGE_CPU)}
+            for k in METRICS + tuple(STAGE_CPU) + tuple(SET_UP_PAUSES)}
 
 
 def scrape(server):
@@ -113,6 +116,10 @@ def scrape(server):
         found = re.findall(r'^kbox_stage_cpu_seconds_total\{[^}]*stage="%s"[^}]*\} ([0-9.e+]+)$' % stage,
                            text, flags=re.M)
         out[key] = sum(float(v) for v in found) if found else None
+    for key, result in SET_UP_PAUSES.items():
+        found = re.findall(r'^kbox_set_up_pauses_total\{[^}]*result="%s"[^}]*\} ([0-9.e+]+)$' % result,
+                           text, flags=re.M)
+        out[key] = sum(float(v) for v in found)
     for q in QUEUES:
         m = re.search(r'^kbox_queue_depth\{[^}]*queue="%s"[^}]*\} ([0-9.e+]+)$' % q, text, flags=re.M)
         out[q] = float(m.group(1)) if m else None
@@ -479,6 +486,9 @@ def print_summary(s):
               "%.1f CPU-s per run stage (%d); %.1f cores busy on average over the wall" % (
                   cpu["compile_cpu_s"] / compiles, compiles, cpu["run_cpu_s"] / runs, runs,
                   (cpu["compile_cpu_s"] + cpu["run_cpu_s"]) / s["wall_s"]))
+    if cpu.get("set_up_paused") is not None:
+        print("stages setting up paused for another job's timing (kbox_set_up_pauses_total): %d stopped, "
+              "%d not stopped (waited for)" % (cpu["set_up_paused"], cpu.get("set_up_not_paused") or 0))
     print("hit latency without the run (total - run): p50 %s s, p99 %s s   [target <= 0.2 s: %s]" % (
         f(s["hit_overhead_p50_s"], "%.3f"), f(s["hit_overhead_p99_s"], "%.3f"),
         verdict(s["hit_overhead_p99_s"], TARGETS["hit_overhead_s"], higher_is_better=False)))
