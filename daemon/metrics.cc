@@ -286,6 +286,9 @@ Metrics::Metrics(const MetricLabelSets& sets)
     for (const char* result : {"pass", "fail"}) {
       device_probes_total_.Add({{"device", device}, {"result", result}});
     }
+    for (const char* result : {"stopped", "not_stopped"}) {
+      set_up_pauses_total_.Add({{"device", device}, {"result", result}});
+    }
   }
 }
 
