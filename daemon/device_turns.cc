@@ -10,8 +10,7 @@ DeviceTurns::Ticket DeviceTurns::Enqueue(uint32_t device, Give give, bool sets_u
   // A stage prepared ahead starts CUDA at once: not while the holder times.
   if (sets_up) quiet_over_.wait(lock, [&] { return !QuietHeld(queue); });
   const uint64_t id = next_id_++;
-  Entry entry{id, std::move(give), sets_up, nullptr, false, std::move(pauser)};
-  queue.push_back(std::move(entry));
+  queue.push_back(Entry{id, std::move(give), sets_up, nullptr, false, std::move(pauser)});
   if (queue.size() == 1) queue.front().give();
   return Ticket(this, device, id);
 }

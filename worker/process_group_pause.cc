@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -112,7 +111,17 @@ void ContinueProcessGroup(pid_t group) {
 void PausableGroup::Publish(pid_t group) {
   std::lock_guard lock(mu_);
   group_ = group;
-  paused_ = false;
+  reaped_ = false;
+  // A fresh process is in no driver call, so the stop takes at once; it is
+  // kept even unconfirmed (a pending SIGSTOP takes effect on the way back to
+  // user space), since the holder already times.
+  if (paused_ && group_ > 1) {
+    ::kill(-group_, SIGSTOP);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!ProcessGroupStopped(group_) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
 }
 
 void PausableGroup::Withdraw() {
@@ -120,13 +129,14 @@ void PausableGroup::Withdraw() {
   // A stopped group that is being reaped is killed, not continued: SIGKILL
   // ends stopped processes too.
   group_ = 0;
+  reaped_ = true;
   paused_ = false;
 }
 
 bool PausableGroup::Pause(std::chrono::milliseconds limit, std::string* running) {
   std::lock_guard lock(mu_);
-  if (group_ == 0) return false;
-  paused_ = StopProcessGroup(group_, limit, running);
+  if (reaped_) return false;
+  paused_ = group_ == 0 || StopProcessGroup(group_, limit, running);
   return paused_;
 }
 

@@ -38,18 +38,28 @@ bool ProcessGroupStopped(pid_t group);
 // The process group of one running stage, from its start until its main
 // process ends: the supervisor publishes it (SuperviseProcess) and withdraws it
 // before reaping, so a pause never reaches a group number the kernel reused.
+//
+// A stage asked to pause before its process exists (a lane's zygote still
+// starting, the fork not yet done) runs nothing yet: Pause says so, and the
+// group is stopped the moment it is published, long before its first GPU
+// call (which comes after the sandbox's set-up and the interpreter's
+// imports). Without this, such a stage could not be paused and its holder
+// waited for its whole start (an integration run saw quiet_wait > 3 s).
 class PausableGroup {
  public:
+  // Stops the group at once when a pause is pending.
   void Publish(pid_t group);
   void Withdraw();
-  // StopProcessGroup on the published group; false when none is published.
+  // StopProcessGroup on the published group; true with nothing published
+  // yet (the pause waits for it); false once the process has been reaped.
   bool Pause(std::chrono::milliseconds limit, std::string* running = nullptr);
-  // Continues the group if Pause stopped it (and it is still published).
+  // Continues the group if Pause stopped it, or cancels a pending pause.
   void Resume();
 
  private:
   std::mutex mu_;
   pid_t group_ = 0;
+  bool reaped_ = false;
   bool paused_ = false;
 };
 

@@ -66,21 +66,25 @@ def last_stamp(result, marker):
     return float(stamps[-1])
 
 
+def evaluate(port, request_id, reference, candidate, measure_performance, trials=2):
+    """One CPU job through /v1/evaluate, anti-cheat off; its result."""
+    payload = {"reference_source": reference, "candidate_source": candidate,
+               "backend": "BACKEND_CPU", "client_request_id": request_id,
+               "measure_performance": measure_performance, "correctness_trials": trials,
+               "anticheat_profile": "off"}
+    reply = it.post_json(port, payload, timeout=600)
+    assert reply.status == 200, reply.text
+    return reply.json()
+
+
 @pytest.mark.parametrize("mode", ["fork_exec", "prefork"])
 def test_second_job_sets_up_during_the_first_and_loads_after_it(mode):
     flags = ["--preforked-run-stage"] if mode == "prefork" else []
     with it.own_kboxd("kbox-ahead-it-", CONFIG, flags) as (_, port, _):
-        def evaluate(name):
-            payload = {"reference_source": REFERENCE, "candidate_source": CANDIDATE,
-                       "backend": "BACKEND_CPU", "client_request_id": "ahead-%s-%s" % (mode, name),
-                       "measure_performance": False, "correctness_trials": 2,
-                       "anticheat_profile": "off"}
-            reply = it.post_json(port, payload, timeout=600)
-            assert reply.status == 200, reply.text
-            return reply.json()
-
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
-            results = list(pool.map(evaluate, ["a", "b"]))
+            results = list(pool.map(
+                lambda name: evaluate(port, "ahead-%s-%s" % (mode, name), REFERENCE, CANDIDATE, False),
+                ["a", "b"]))
         for r in results:
             assert r["status"] == "CORRECT", it.describe(r)
         first, second = sorted(results, key=lambda r: last_stamp(r, "CAND_IMPORTED"))
@@ -116,13 +120,8 @@ def test_set_up_failing_before_the_turn_runs_the_stage_again(mode):
     # the turn (its spec file replaced), and the job gets its true verdict.
     flags = ["--preforked-run-stage"] if mode == "prefork" else []
     with it.own_kboxd("kbox-ahead-again-it-", CONFIG, flags) as (_, port, _):
-        payload = {"reference_source": REFERENCE_FAILING_ONCE, "candidate_source": CANDIDATE,
-                   "backend": "BACKEND_CPU", "client_request_id": "ahead-again-%s" % mode,
-                   "measure_performance": False, "correctness_trials": 1,
-                   "anticheat_profile": "off"}
-        reply = it.post_json(port, payload, timeout=600)
-        assert reply.status == 200, reply.text
-        result = reply.json()
+        result = evaluate(port, "ahead-again-%s" % mode, REFERENCE_FAILING_ONCE, CANDIDATE, False,
+                          trials=1)
         assert result["status"] == "CORRECT", it.describe(result)
         # Imported on the second try (the first raised before its stamp).
         assert "REF_IMPORTED" in result.get("output_tail", ""), result.get("output_tail")
@@ -144,17 +143,10 @@ def test_timing_asks_kboxd_for_the_device_to_itself():
     # answers once no stage prepared ahead is still setting up
     # (device_turns.h); every job gets its timing.
     with it.own_kboxd("kbox-ahead-quiet-it-", CONFIG, []) as (_, port, _):
-        def evaluate(name):
-            payload = {"reference_source": REFERENCE, "candidate_source": FAST_CANDIDATE,
-                       "backend": "BACKEND_CPU", "client_request_id": "ahead-quiet-" + name,
-                       "measure_performance": True, "correctness_trials": 2,
-                       "anticheat_profile": "off"}
-            reply = it.post_json(port, payload, timeout=600)
-            assert reply.status == 200, reply.text
-            return reply.json()
-
         with concurrent.futures.ThreadPoolExecutor(3) as pool:
-            results = list(pool.map(evaluate, ["a", "b", "c"]))
+            results = list(pool.map(
+                lambda name: evaluate(port, "ahead-quiet-" + name, REFERENCE, FAST_CANDIDATE, True),
+                ["a", "b", "c"]))
         for r in results:
             assert r["status"] == "CORRECT", it.describe(r)
             assert "quiet_wait" in r["durations"]["run_phases_ms"], r["durations"]
@@ -189,20 +181,13 @@ def test_the_holders_quiet_pauses_a_stage_still_setting_up(pause):
     # Both get their verdicts either way.
     flags = ["--preforked-run-stage"] + ([] if pause else ["--no-pause-set-ups"])
     with it.own_kboxd("kbox-ahead-pause-it-", CONFIG, flags) as (_, port, _):
-        def evaluate(name, reference, delay):
+        def evaluate_after(delay, name, reference):
             time.sleep(delay)
-            payload = {"reference_source": reference, "candidate_source": FAST_CANDIDATE,
-                       "backend": "BACKEND_CPU",
-                       "client_request_id": "ahead-pause-%s-%s" % (pause, name),
-                       "measure_performance": True, "correctness_trials": 2,
-                       "anticheat_profile": "off"}
-            reply = it.post_json(port, payload, timeout=600)
-            assert reply.status == 200, reply.text
-            return reply.json()
+            return evaluate(port, "ahead-pause-%s-%s" % (pause, name), reference, FAST_CANDIDATE, True)
 
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
-            a = pool.submit(evaluate, "a", REFERENCE, 0)
-            b = pool.submit(evaluate, "b", slow_reference(12), 1.0)
+            a = pool.submit(evaluate_after, 0, "a", REFERENCE)
+            b = pool.submit(evaluate_after, 1.0, "b", slow_reference(12))
             first, second = a.result(), b.result()
         for r in (first, second):
             assert r["status"] == "CORRECT", it.describe(r)

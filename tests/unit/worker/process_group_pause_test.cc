@@ -87,7 +87,6 @@ TEST(ProcessGroupPauseTest, NoSuchGroupIsNotStopped) {
 // the reap: a pause reaches the job while it runs, and nothing after.
 TEST(ProcessGroupPauseTest, RunProcessPublishesItsGroupOnlyWhileItRuns) {
   PausableGroup pausable;
-  EXPECT_FALSE(pausable.Pause(100ms));  // Nothing published yet.
   ProcessSpec spec;
   spec.argv = {"/bin/sh", "-c", "sleep 0.5; echo done"};
   spec.env = {"PATH=/usr/bin:/bin"};
@@ -113,6 +112,30 @@ TEST(ProcessGroupPauseTest, RunProcessPublishesItsGroupOnlyWhileItRuns) {
   EXPECT_EQ(out.output_tail, "done\n");
   EXPECT_GE(took, 1000ms) << "the 0.5 s job ended while stopped for 0.7 s";
   EXPECT_FALSE(pausable.Pause(100ms));  // Withdrawn once reaped.
+}
+
+// Paused before its process exists, a job is stopped as soon as it starts and
+// runs only once resumed.
+TEST(ProcessGroupPauseTest, APauseAskedBeforeTheStartStopsTheJobAsItStarts) {
+  PausableGroup pausable;
+  EXPECT_TRUE(pausable.Pause(100ms));  // Nothing runs yet: paused already.
+  ProcessSpec spec;
+  spec.argv = {"/bin/sh", "-c", "sleep 0.1; echo started"};
+  spec.env = {"PATH=/usr/bin:/bin"};
+  spec.wall_limit = 30s;
+  spec.pausable = &pausable;
+  std::thread resumer([&] {
+    std::this_thread::sleep_for(800ms);
+    pausable.Resume();
+  });
+  const auto start = std::chrono::steady_clock::now();
+  const ProcessOutcome out = RunProcess(spec);
+  const auto took = std::chrono::steady_clock::now() - start;
+  resumer.join();
+  EXPECT_EQ(out.end, ProcessOutcome::End::kExited);
+  EXPECT_EQ(out.output_tail, "started\n");
+  EXPECT_GE(took, 700ms) << "the job ran before it was resumed";
+  EXPECT_FALSE(pausable.Pause(100ms));  // Reaped: nothing left to pause.
 }
 
 }  // namespace
