@@ -69,6 +69,7 @@ boost::system::result<v1::DaemonConfig, FieldError> ApplyConfigDefaults(v1::Daem
   if (c.compile_time_limit_s() == 0) c.set_compile_time_limit_s(300);
   if (c.default_time_limit_s() == 0) c.set_default_time_limit_s(120);
   if (c.max_time_limit_s() == 0) c.set_max_time_limit_s(900);
+  if (c.run_set_up_limit_s() == 0) c.set_run_set_up_limit_s(180);
   if (c.max_correctness_trials() == 0) c.set_max_correctness_trials(100);
   if (c.default_performance_trials() == 0) c.set_default_performance_trials(20);
   if (c.max_performance_trials() == 0) c.set_max_performance_trials(1000);
@@ -111,6 +112,7 @@ boost::system::result<v1::DaemonConfig, FieldError> ApplyConfigDefaults(v1::Daem
   if (c.cpu_run_slots() > 256) return FieldError{"cpu_run_slots", "must be at most 256"};
   if (c.infra_retries() > 3) return FieldError{"infra_retries", "must be at most 3"};
   if (c.run_stages_ahead() > 3) return FieldError{"run_stages_ahead", "must be at most 3"};
+  if (c.run_set_up_limit_s() > 3600) return FieldError{"run_set_up_limit_s", "must be at most 3600"};
   if (c.default_time_limit_s() > c.max_time_limit_s()) {
     return FieldError{"default_time_limit_s", "must not exceed max_time_limit_s"};
   }

@@ -600,6 +600,10 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
       run_spec.set_device_turn_path(turn_path.string());
       run_spec.set_device_notes_path(notes_path.string());
       placement.turn_granted_ns = gate->granted_ns();
+      // time_limit_s is the candidate's: it counts once the judge's set-up
+      // is over too, which has its own limit (a busy host's slow start).
+      placement.set_up_done_ns = gate->set_up_done_ns();
+      placement.set_up_limit = std::chrono::seconds(config_.run_set_up_limit_s());
       // Each stage ahead may run to the longest time limit, plus its probe.
       placement.turn_wait_limit =
           std::chrono::seconds((config_.max_time_limit_s() + 60) * config_.run_stages_ahead());
@@ -677,7 +681,9 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
         gate_failed(*error);
         return;
       }
-      placement.turn_granted_ns = nullptr;  // The wall limit counts from its start.
+      // Given at once: the limit counts from this run's set-up's end.
+      placement.turn_granted_ns = gate->granted_ns();
+      placement.set_up_done_ns = gate->set_up_done_ns();
       placement.run_again = true;
       metrics_.RecordSetUpAgain(gpu_backend ? std::optional<uint32_t>(slot) : std::nullopt);
       trace.run_cpu_ms += ran.process.cpu_ms;

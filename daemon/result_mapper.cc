@@ -128,9 +128,22 @@ void ApplyAbnormalEnd(const StageOutcome& s, v1::Phase phase, EvaluateResult& r,
     return;
   }
   if (p.end == ProcessOutcome::End::kTimedOut) {
+    const long limit_s =
+        p.expired_limit.count() > 0
+            ? static_cast<long>(std::chrono::duration_cast<std::chrono::seconds>(p.expired_limit).count())
+            : static_cast<long>(p.wall_ms / 1000);
     const std::string msg =
-        stage + " ran past its wall-clock limit (" + std::to_string(static_cast<int>(p.wall_ms / 1000)) +
-        " s); every process of the job was killed";
+        stage + (p.timed_out_setting_up ? " did not finish setting up within its set-up limit ("
+                                        : " ran past its wall-clock limit (") +
+        std::to_string(limit_s) + " s); every process of the job was killed";
+    if (p.timed_out_setting_up && !reference) {
+      // No candidate code runs before set-up is over (it waits for the
+      // turn's byte and the judge's 'r'), whatever process last spoke.
+      Set(r, v1::INFRA_ERROR, msg + " while kbox's harness set it up");
+      cause.infra = InfraCause::kHarnessTimeout;
+      cause.device_suspect = run_stage;
+      return;
+    }
     if (candidate) {
       Set(r, v1::TIMEOUT, msg + " while running candidate code");
       SetError(r, phase, "Timeout", msg);

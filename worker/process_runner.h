@@ -27,7 +27,8 @@ struct ProcessSpec {
   std::vector<std::string> env;
   // Working directory of the child.
   std::string cwd = "/";
-  // Wall-clock limit from fork to exit.
+  // Wall-clock limit from fork to exit (but see turn_granted_ns and
+  // set_up_done_ns).
   std::chrono::milliseconds wall_limit{60'000};
   // Bytes of stdout+stderr after which the job is killed (an output flood).
   uint64_t max_output_bytes = 8ull << 20;
@@ -48,6 +49,15 @@ struct ProcessSpec {
   // itself may last up to turn_wait_limit. Null: wall_limit counts from fork.
   const std::atomic<int64_t>* turn_granted_ns = nullptr;
   std::chrono::milliseconds turn_wait_limit{0};
+  // A stage that reports the end of its set-up (kbox's own start: CUDA,
+  // the reference's import; no candidate code has run): kboxd stores the
+  // time (as turn_granted_ns) when the report comes. wall_limit then counts
+  // from the later of the turn and that time, so a slow start on a busy host
+  // takes nothing from the candidate's budget; the set-up itself may last up
+  // to set_up_limit (besides the turn's wait). Null: wall_limit counts from
+  // the turn (or fork).
+  const std::atomic<int64_t>* set_up_done_ns = nullptr;
+  std::chrono::milliseconds set_up_limit{0};
   // When set, receives the job's process group while its main process runs,
   // withdrawn before the main process is reaped: a stage prepared ahead is
   // paused through it during another job's timing (process_group_pause.h).
@@ -76,6 +86,10 @@ struct ProcessOutcome {
   // Everything written to the result channel (up to max_result_bytes).
   std::string result;
   bool result_truncated = false;
+  // kTimedOut only: the limit that expired, and whether it was the set-up's
+  // (ProcessSpec::set_up_limit) rather than wall_limit.
+  std::chrono::milliseconds expired_limit{0};
+  bool timed_out_setting_up = false;
   double wall_ms = 0;
   double cpu_ms = 0;  // User + system time of the main process and its reaped children.
 };

@@ -48,11 +48,22 @@ void SuperviseProcess(const ProcessSpec& spec, Clock::time_point start, Fd outpu
   std::optional<Clock::time_point> drain_deadline;
   bool main_exited = false;
   std::array<char, 64 * 1024> buffer;
-  // Before its device turn, a stage prepared ahead may wait as long as
-  // turn_wait_limit; from the turn on, wall_limit applies.
-  const bool waits_for_turn = spec.turn_granted_ns != nullptr;
-  auto deadline = start + spec.wall_limit + (waits_for_turn ? spec.turn_wait_limit : Clock::duration{});
-  bool turn_seen = !waits_for_turn;
+  // wall_limit is the candidate's budget. It begins once the stage may run
+  // candidate code: at its device turn (a stage prepared ahead may wait for
+  // it as long as turn_wait_limit) and after its set-up, when the stage
+  // reports that. The set-up may take set_up_limit besides the wait, and no
+  // more than that once the turn is given (the device waits on it then).
+  const auto time_of = [](const std::atomic<int64_t>* event) -> std::optional<Clock::time_point> {
+    if (event == nullptr) return Clock::time_point{};
+    const int64_t ns = event->load();
+    if (ns == 0) return std::nullopt;
+    return Clock::time_point(std::chrono::nanoseconds(ns));
+  };
+  const bool reports_set_up = spec.set_up_done_ns != nullptr;
+  const auto before_budget = reports_set_up ? spec.set_up_limit : spec.wall_limit;
+  auto deadline = start + spec.turn_wait_limit + before_budget;
+  bool budget_begun = false;
+  bool turn_seen = spec.turn_granted_ns == nullptr;
   // Withdrawn before every reap: once reaped, the group's number may be reused.
   if (spec.pausable) spec.pausable->Publish(main.group);
   const auto reap = [&] {
@@ -62,16 +73,24 @@ void SuperviseProcess(const ProcessSpec& spec, Clock::time_point start, Fd outpu
 
   while (output_r.get() >= 0 || result_r.get() >= 0 || !main_exited) {
     const auto now = Clock::now();
-    if (!turn_seen) {
-      if (const int64_t granted = spec.turn_granted_ns->load(); granted != 0) {
+    if (!budget_begun) {
+      const auto turn = time_of(spec.turn_granted_ns);
+      const auto set_up = time_of(spec.set_up_done_ns);
+      if (turn && set_up) {
+        budget_begun = true;
+        deadline = std::max({start, *turn, *set_up}) + spec.wall_limit;
+      } else if (turn && !turn_seen) {
         turn_seen = true;
-        deadline = Clock::time_point(std::chrono::nanoseconds(granted)) + spec.wall_limit;
+        deadline = std::min(deadline, std::max(start, *turn) + before_budget);
       }
     }
     const auto limit = drain_deadline ? std::min(*drain_deadline, deadline) : deadline;
     if (now >= limit) {
       if (!main_exited) {
         out.end = ProcessOutcome::End::kTimedOut;
+        out.expired_limit = budget_begun ? spec.wall_limit : before_budget;
+        out.timed_out_setting_up = !budget_begun && spec.set_up_done_ns != nullptr &&
+                                   spec.set_up_done_ns->load() == 0;
         main.kill_group();
         reap();
       }
@@ -88,7 +107,7 @@ void SuperviseProcess(const ProcessSpec& spec, Clock::time_point start, Fd outpu
     }
     auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(limit - now) +
                 std::chrono::milliseconds(1);
-    if (spec.cancel || !turn_seen) wait = std::min(wait, kCancelPollInterval);
+    if (spec.cancel || !budget_begun) wait = std::min(wait, kCancelPollInterval);
     const auto wait_ms = wait.count();
     if (::poll(fds.data(), fds.size(), static_cast<int>(wait_ms)) < 0) {
       if (errno == EINTR) continue;

@@ -98,6 +98,8 @@ ProcessSpec StageRunner::BuildProcessSpec(const JobWorkspace& ws, const std::str
   p.cancel = placement.cancel;
   p.turn_granted_ns = placement.turn_granted_ns;
   p.turn_wait_limit = placement.turn_wait_limit;
+  p.set_up_done_ns = placement.set_up_done_ns;
+  p.set_up_limit = placement.set_up_limit;
   p.pausable = placement.pausable;
   p.max_output_bytes = settings_.max_output_bytes;
   return p;
@@ -142,7 +144,9 @@ v1::SandboxSpec StageRunner::BuildSandboxSpec(const JobWorkspace& ws, v1::Stage 
   limits->set_fsize_bytes(1ull << 30);
   limits->set_nproc(sb.limits.pids);
   // A backstop behind the wall-clock limit: CPU time over all cores.
-  const auto wall_s = std::chrono::duration_cast<std::chrono::seconds>(placement.wall_limit).count();
+  const auto wall_s = std::chrono::duration_cast<std::chrono::seconds>(
+                          placement.wall_limit + placement.set_up_limit)
+                          .count();
   limits->set_cpu_seconds(static_cast<uint64_t>(wall_s + 1) * 64);
   for (const auto& procs : cgroup_procs) spec.mutable_cgroup()->add_procs_files(procs);
   if (!compile && placement.mask_toolchain) {

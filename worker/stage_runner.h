@@ -67,6 +67,10 @@ struct StagePlacement {
   // ProcessSpec::turn_granted_ns (StageSpec.device_turn_path is its FIFO).
   const std::atomic<int64_t>* turn_granted_ns = nullptr;
   std::chrono::milliseconds turn_wait_limit{0};
+  // The judge's end of set-up (TurnGate::set_up_done_ns); see
+  // ProcessSpec::set_up_done_ns.
+  const std::atomic<int64_t>* set_up_done_ns = nullptr;
+  std::chrono::milliseconds set_up_limit{0};
   // See ProcessSpec::pausable.
   PausableGroup* pausable = nullptr;
   // The stage runs again in the same workspace (a run stage whose set-up

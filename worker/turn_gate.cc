@@ -34,6 +34,12 @@ std::optional<std::string> MakeFifo(const std::filesystem::path& path, std::opti
   return std::nullopt;
 }
 
+// steady_clock's now in nanoseconds since its epoch; never 0 (0 means "not yet").
+int64_t NowNs() {
+  const auto now = std::chrono::steady_clock::now().time_since_epoch();
+  return std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::nanoseconds>(now).count());
+}
+
 }  // namespace
 
 TurnGate::~TurnGate() {
@@ -72,7 +78,10 @@ std::optional<std::string> TurnGate::OpenNotes(const std::filesystem::path& path
       const ssize_t n = ::read(notes_fd_.get(), notes, sizeof notes);
       if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
       if (n <= 0) return;  // Cannot happen while this end holds the FIFO open.
-      for (ssize_t i = 0; i < n; ++i) on_note(notes[i]);
+      for (ssize_t i = 0; i < n; ++i) {
+        if (notes[i] == 'r' && set_up_done_ns_.load() == 0) set_up_done_ns_.store(NowNs());
+        on_note(notes[i]);
+      }
     }
   });
   return std::nullopt;
@@ -95,8 +104,7 @@ void TurnGate::GiveQuiet() {
 void TurnGate::Give() {
   std::lock_guard lock(mu_);
   if (fd_.get() < 0 || withdrawn_.load() || given()) return;
-  const auto now = std::chrono::steady_clock::now().time_since_epoch();
-  granted_ns_.store(std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::nanoseconds>(now).count()));
+  granted_ns_.store(NowNs());
   // One byte into an empty pipe of 64 KiB: never blocks, never short.
   const char go = 'g';
   (void)!::write(fd_.get(), &go, 1);

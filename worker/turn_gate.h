@@ -62,6 +62,9 @@ class TurnGate {
   // 0 until Give.
   const std::atomic<int64_t>* granted_ns() const { return &granted_ns_; }
   bool given() const { return granted_ns_.load() != 0; }
+  // 0 until the judge's first 'r' note (its set-up is over): then its time,
+  // as granted_ns. Stored before on_note sees the note.
+  const std::atomic<int64_t>* set_up_done_ns() const { return &set_up_done_ns_; }
   bool withdrawn() const { return withdrawn_.load(); }
 
  private:
@@ -73,6 +76,7 @@ class TurnGate {
   Fd wake_r_, wake_w_;  // Wakes the notes' reader to stop.
   std::thread notes_reader_;
   std::atomic<int64_t> granted_ns_{0};
+  std::atomic<int64_t> set_up_done_ns_{0};
   std::atomic<bool> withdrawn_{false};
 };
 

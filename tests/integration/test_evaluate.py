@@ -123,8 +123,12 @@ def test_infinite_loop_times_out_and_leaves_no_process(jobs, daemon):
     assert r["runtime_error"]["phase"] == "PHASE_RUN", describe(r)
     assert "trials" not in r or all(not t["passed"] for t in r["trials"])
     run_ms = r["durations"]["run_ms"]
-    # Killed at the limit: not before it, and not long after it.
-    assert SPIN_TIME_LIMIT_S * 1000 * 0.95 <= run_ms <= SPIN_TIME_LIMIT_S * 1000 + 10000, run_ms
+    # Killed at the limit, which counts from the end of kbox's set-up: not
+    # before it, and not long after. run_ms also holds that set-up (the
+    # torch import and the reference's), which under the whole suite on 2
+    # cores has passed 10 s: the bound leaves room for it.
+    assert "wall-clock limit (%d s)" % SPIN_TIME_LIMIT_S in r["message"], describe(r)
+    assert SPIN_TIME_LIMIT_S * 1000 * 0.95 <= run_ms <= SPIN_TIME_LIMIT_S * 1000 + 60000, run_ms
 
     # Every process of the job (the stage and the child it forked, both with
     # the job directory in their argv and as cwd) was gone within 2 s of the

@@ -66,12 +66,12 @@ def last_stamp(result, marker):
     return float(stamps[-1])
 
 
-def evaluate(port, request_id, reference, candidate, measure_performance, trials=2):
+def evaluate(port, request_id, reference, candidate, measure_performance, trials=2, **fields):
     """One CPU job through /v1/evaluate, anti-cheat off; its result."""
-    payload = {"reference_source": reference, "candidate_source": candidate,
-               "backend": "BACKEND_CPU", "client_request_id": request_id,
-               "measure_performance": measure_performance, "correctness_trials": trials,
-               "anticheat_profile": "off"}
+    payload = dict({"reference_source": reference, "candidate_source": candidate,
+                    "backend": "BACKEND_CPU", "client_request_id": request_id,
+                    "measure_performance": measure_performance, "correctness_trials": trials,
+                    "anticheat_profile": "off"}, **fields)
     reply = it.post_json(port, payload, timeout=600)
     assert reply.status == 200, reply.text
     return reply.json()
@@ -200,3 +200,30 @@ def test_the_holders_quiet_pauses_a_stage_still_setting_up(pause):
         else:
             assert stopped == 0, stopped
             assert quiet_wait_ms > 5000, first["durations"]
+
+
+def test_the_time_limit_counts_from_the_end_of_set_up():
+    # time_limit_s is the candidate's budget: a set-up slower than it (here
+    # the reference's import; on a busy host, the torch import and CUDA
+    # start) takes nothing from it. The set-up has its own limit
+    # (run_set_up_limit_s); past it the stage ends, blamed on whoever ran:
+    # here the reference, never the candidate.
+    config = CONFIG + "run_set_up_limit_s: 20\n"
+    with it.own_kboxd("kbox-ahead-set-up-it-", config, []) as (_, port, _):
+        def evaluate_after(delay, name, reference):
+            time.sleep(delay)
+            return evaluate(port, "set-up-" + name, reference, FAST_CANDIDATE, False, time_limit_s=5)
+
+        # The slow job first, alone: the turn is its at once, so its whole
+        # set-up falls inside its run (not in a wait for the turn).
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            slow = pool.submit(evaluate_after, 0, "slow", slow_reference(8))
+            hung = pool.submit(evaluate_after, 1.0, "hung", slow_reference(300))
+            slow, hung = slow.result(), hung.result()
+        assert slow["status"] == "CORRECT", it.describe(slow)
+        assert slow["durations"]["queue_wait_ms"] < 1000, slow["durations"]
+        assert slow["durations"]["run_ms"] > 8000, slow["durations"]
+        assert hung["status"] == "REFERENCE_ERROR", it.describe(hung)
+        assert "did not finish setting up within its set-up limit (20 s)" in hung["message"], \
+            it.describe(hung)
+        assert hung["durations"]["run_ms"] < 20000 + 15000, hung["durations"]

@@ -554,5 +554,22 @@ TEST(ConfigLoaderTest, CuptiLaunchProbeIsOnUnlessTurnedOff) {
   EXPECT_FALSE(config->cupti_launch_probe());
 }
 
+// The set-up's own limit: 180 s unless set, at most an hour.
+TEST(ConfigLoaderTest, RunSetUpLimitDefaultsAndIsBounded) {
+  auto config = ApplyConfigDefaults(v1::DaemonConfig(), 4);
+  ASSERT_TRUE(config);
+  EXPECT_EQ(config->run_set_up_limit_s(), 180u);
+  auto parsed = ParseConfigText("run_set_up_limit_s: 60\n");
+  ASSERT_TRUE(parsed) << parsed.error().message;
+  config = ApplyConfigDefaults(*parsed, 4);
+  ASSERT_TRUE(config);
+  EXPECT_EQ(config->run_set_up_limit_s(), 60u);
+  parsed = ParseConfigText("run_set_up_limit_s: 3601\n");
+  ASSERT_TRUE(parsed) << parsed.error().message;
+  const auto rejected = ApplyConfigDefaults(*parsed, 4);
+  ASSERT_FALSE(rejected);
+  EXPECT_EQ(rejected.error().field, "run_set_up_limit_s");
+}
+
 }  // namespace
 }  // namespace kbox

@@ -158,6 +158,45 @@ TEST(ResultMapperTest, TimeoutAttributedToLastParty) {
   }
 }
 
+// The message names the limit that expired, not the stage's whole time (a
+// stage prepared ahead also waited for its turn and set up).
+TEST(ResultMapperTest, TimeoutNamesTheLimitThatExpired) {
+  StageOutcome s = Ended(End::kTimedOut, v1::CANDIDATE);
+  s.process.wall_ms = 27'500;
+  s.process.expired_limit = std::chrono::seconds(10);
+  v1::EvaluateResult r;
+  ApplyRunStage(s, r);
+  EXPECT_EQ(r.status(), v1::TIMEOUT);
+  EXPECT_NE(r.message().find("wall-clock limit (10 s)"), std::string::npos) << r.message();
+}
+
+// A set-up past its own limit ran no candidate code: kbox's failure (the
+// device suspect), or the reference's while its import ran.
+TEST(ResultMapperTest, SetUpPastItsLimitIsNeverTheCandidates) {
+  struct Case {
+    v1::Party party;
+    v1::Status status;
+  };
+  for (const Case c : {Case{v1::CANDIDATE, v1::INFRA_ERROR}, Case{v1::HARNESS, v1::INFRA_ERROR},
+                       Case{v1::REFERENCE, v1::REFERENCE_ERROR}}) {
+    StageOutcome s = Ended(End::kTimedOut, c.party);
+    s.process.timed_out_setting_up = true;
+    s.process.expired_limit = std::chrono::seconds(180);
+    v1::EvaluateResult r;
+    FailureCause cause;
+    ApplyRunStage(s, r, &cause);
+    EXPECT_EQ(r.status(), c.status) << v1::Party_Name(c.party);
+    EXPECT_NE(r.message().find("did not finish setting up within its set-up limit (180 s)"),
+              std::string::npos)
+        << r.message();
+    EXPECT_EQ(cause.violation, ViolationKind::kNone) << v1::Party_Name(c.party);
+    if (c.status == v1::INFRA_ERROR) {
+      EXPECT_EQ(cause.infra, InfraCause::kHarnessTimeout);
+      EXPECT_TRUE(cause.device_suspect);
+    }
+  }
+}
+
 TEST(ResultMapperTest, TimeoutInCompileStageAttributedToCandidate) {
   v1::EvaluateResult r;
   EXPECT_FALSE(ApplyCompileStage(Ended(End::kTimedOut, v1::CANDIDATE), r));

@@ -385,5 +385,72 @@ TEST(ProcessRunnerTest, TurnThatNeverComesEndsTheStage) {
   EXPECT_LT(out.wall_ms, 5000);
 }
 
+// A slow set-up (kbox's start on a busy host) takes nothing from the
+// candidate's budget: the wall limit counts from the later of the turn and
+// the set-up's end.
+TEST(ProcessRunnerTest, WallLimitCountsFromTheEndOfSetUp) {
+  std::atomic<int64_t> granted{SteadyNowNs()};  // The turn at once.
+  std::atomic<int64_t> set_up_done{0};
+  ProcessSpec spec;
+  spec.argv = {"/bin/sleep", "1.5"};
+  spec.wall_limit = 1000ms;
+  spec.turn_granted_ns = &granted;
+  spec.turn_wait_limit = 0ms;
+  spec.set_up_done_ns = &set_up_done;
+  spec.set_up_limit = 10s;
+  std::thread set_up([&] {
+    std::this_thread::sleep_for(1000ms);  // As long as the wall limit.
+    set_up_done.store(SteadyNowNs());
+  });
+  const ProcessOutcome out = RunProcess(spec);
+  set_up.join();
+  EXPECT_EQ(out.end, ProcessOutcome::End::kExited) << DescribeEnd(out);
+  EXPECT_EQ(out.exit_code, 0);
+}
+
+// After the set-up, the candidate's budget is the wall limit, not more.
+TEST(ProcessRunnerTest, WallLimitAfterTheSetUpStillKills) {
+  std::atomic<int64_t> granted{SteadyNowNs()};
+  std::atomic<int64_t> set_up_done{0};
+  ProcessSpec spec;
+  spec.argv = {"/bin/sleep", "30"};
+  spec.wall_limit = 500ms;
+  spec.turn_granted_ns = &granted;
+  spec.set_up_done_ns = &set_up_done;
+  spec.set_up_limit = 10s;
+  std::thread set_up([&] {
+    std::this_thread::sleep_for(300ms);
+    set_up_done.store(SteadyNowNs());
+  });
+  const ProcessOutcome out = RunProcess(spec);
+  set_up.join();
+  EXPECT_EQ(out.end, ProcessOutcome::End::kTimedOut);
+  EXPECT_FALSE(out.timed_out_setting_up);
+  EXPECT_EQ(out.expired_limit, 500ms);
+  EXPECT_GE(out.wall_ms, 800);
+  EXPECT_LT(out.wall_ms, 5000);
+}
+
+// A set-up that never ends is killed at its own limit, and says so. Once
+// the turn is given the device waits on it: the turn's long wait limit no
+// longer adds to it.
+TEST(ProcessRunnerTest, SetUpThatNeverEndsIsKilledAtTheSetUpLimit) {
+  std::atomic<int64_t> granted{SteadyNowNs()};
+  std::atomic<int64_t> set_up_done{0};
+  ProcessSpec spec;
+  spec.argv = {"/bin/sleep", "30"};
+  spec.wall_limit = 5000ms;
+  spec.turn_granted_ns = &granted;
+  spec.turn_wait_limit = 20s;
+  spec.set_up_done_ns = &set_up_done;
+  spec.set_up_limit = 600ms;
+  const ProcessOutcome out = RunProcess(spec);
+  EXPECT_EQ(out.end, ProcessOutcome::End::kTimedOut);
+  EXPECT_TRUE(out.timed_out_setting_up);
+  EXPECT_EQ(out.expired_limit, 600ms);
+  EXPECT_GE(out.wall_ms, 550);
+  EXPECT_LT(out.wall_ms, 4000);  // Not the wall limit's 5 s on top.
+}
+
 }  // namespace
 }  // namespace kbox

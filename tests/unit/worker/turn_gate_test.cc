@@ -121,12 +121,28 @@ TEST_F(TurnGateTest, NotesReachTheCallbackInOrderUntilStopped) {
     ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(10), [&] { return notes.size() == 3; }));
   }
   EXPECT_EQ(notes, "rqd");
+  // The first 'r' is timed (the candidate's wall limit counts from it).
+  const int64_t set_up_done = gate.set_up_done_ns()->load();
+  EXPECT_GT(set_up_done, 0);
+  EXPECT_LE(set_up_done, std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             std::chrono::steady_clock::now().time_since_epoch())
+                             .count());
+  {
+    std::lock_guard lock(mu);
+    notes.clear();
+  }
+  ASSERT_EQ(::write(writer, "r", 1), 1);  // A later 'r' moves nothing.
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(10), [&] { return notes.size() == 1; }));
+  }
+  EXPECT_EQ(gate.set_up_done_ns()->load(), set_up_done);
   gate.StopNotes();
   ASSERT_EQ(::write(writer, "q", 1), 1);
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   {
     std::lock_guard lock(mu);
-    EXPECT_EQ(notes, "rqd");  // Nothing after StopNotes.
+    EXPECT_EQ(notes, "r");  // Nothing after StopNotes.
   }
   gate.StopNotes();  // Idempotent.
   ::close(writer);
