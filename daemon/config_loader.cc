@@ -189,6 +189,8 @@ boost::system::result<CommandLine, FieldError> ParseCommandLine(int argc,
       "run candidates WITHOUT the sandbox (development on hosts without namespaces only)")(
       "preforked-run-stage",
       "start run stages from a pre-forked zygote per device slot (docs/prefork.md)")(
+      "preforked-compile-stage",
+      "start compile stages from a pre-forked zygote per compile worker (docs/prefork.md)")(
       "no-light-headers",
       "compile extensions exactly as asked, never first against the light "
       "<torch/extension.h> (docs/compile-speed.md)")(
@@ -274,6 +276,7 @@ boost::system::result<CommandLine, FieldError> ParseCommandLine(int argc,
   if (vm.count("keep-job-dirs")) c.set_keep_job_dirs(true);
   if (vm.count("danger-insecure-no-sandbox")) c.set_danger_insecure_no_sandbox(true);
   if (vm.count("preforked-run-stage")) c.set_preforked_run_stage(true);
+  if (vm.count("preforked-compile-stage")) c.set_preforked_compile_stage(true);
   if (vm.count("no-light-headers")) c.set_light_headers(false);
   if (vm.count("cupti-launch-probe")) c.set_cupti_launch_probe(true);
   if (vm.count("no-cupti-launch-probe")) c.set_cupti_launch_probe(false);

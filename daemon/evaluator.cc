@@ -33,6 +33,10 @@ constexpr auto kDeviceProbeLimit = std::chrono::seconds(120);
 // is continued and waited for instead.
 constexpr auto kSetUpPauseLimit = std::chrono::milliseconds(5000);
 
+// A compile worker's zygote (preforked_compile_stage): metrics read the
+// "compile" prefix (DeviceOfSlot).
+std::string CompileZygoteSlot(uint32_t worker) { return "compile" + std::to_string(worker); }
+
 double MsBetween(Evaluator::Clock::time_point a, Evaluator::Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
@@ -200,7 +204,7 @@ Evaluator::Evaluator(const v1::DaemonConfig& config, HostInfo host, std::vector<
         .ttl = std::chrono::seconds(config_.reference_cache_ttl_s())});
     reference_harness_ = std::string(kVersion) + " " + DirectoryDigest(config_.harness_dir());
   }
-  if (config_.preforked_run_stage()) EnablePrefork();
+  if (config_.preforked_run_stage() || config_.preforked_compile_stage()) EnablePrefork();
   // Job ids: a random per-daemon prefix plus a counter, so ids from a
   // restarted daemon never collide with old workspaces or logs.
   std::random_device rd;
@@ -210,21 +214,35 @@ Evaluator::Evaluator(const v1::DaemonConfig& config, HostInfo host, std::vector<
 }
 
 void Evaluator::EnablePrefork() {
+  const std::string flags = config_.preforked_run_stage() && config_.preforked_compile_stage()
+                                ? "preforked_run_stage and preforked_compile_stage"
+                            : config_.preforked_run_stage() ? "preforked_run_stage"
+                                                            : "preforked_compile_stage";
   if (!sandbox_.settings) {
-    std::cerr << "kboxd: preforked_run_stage ignored: it needs the sandbox" << std::endl;
+    std::cerr << "kboxd: " << flags << " ignored: it needs the sandbox" << std::endl;
     return;
   }
   const fs::path library =
       fs::path(sandbox_.settings->binary).parent_path() / "libkbox_sandbox_enter.so";
   if (!fs::exists(library)) {
-    std::cerr << "kboxd: preforked_run_stage ignored: " << library.string() << " is missing"
-              << std::endl;
+    std::cerr << "kboxd: " << flags << " ignored: " << library.string() << " is missing" << std::endl;
     return;
   }
   runner_.EnablePrefork(library.string(), [this](const std::string& slot, ZygoteEvent event) {
     metrics_.RecordZygoteEvent(slot, event);
   });
-  std::cerr << "kboxd: run stages start from a pre-forked zygote per device slot" << std::endl;
+  if (config_.preforked_run_stage()) {
+    std::cerr << "kboxd: run stages start from a pre-forked zygote per device slot" << std::endl;
+  }
+  if (config_.preforked_compile_stage()) {
+    // Started now, not at each worker's first build: otherwise the first
+    // wave of builds would wait for as many torch imports at once.
+    std::vector<std::string> slots;
+    for (uint32_t i = 0; i < config_.compile_workers(); ++i) slots.push_back(CompileZygoteSlot(i));
+    runner_.PrestartZygotes(slots);
+    std::cerr << "kboxd: compile stages start from a pre-forked zygote per compile worker"
+              << std::endl;
+  }
 }
 
 std::string Evaluator::NextJobId() {
@@ -510,6 +528,9 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
     placement.cancel = &cancelled_;
     placement.cuda_arch = compile_arch;
     placement.wall_limit = std::chrono::seconds(config_.compile_time_limit_s());
+    if (config_.preforked_compile_stage()) {
+      placement.zygote_slot = CompileZygoteSlot(compile_slot.slot());
+    }
     StageOutcome compiled = runner_.Run(*ws, MakeSpec(*ws, settings, v1::STAGE_COMPILE), placement);
     durations->set_compile_ms(compiled.process.wall_ms);
     trace.compile_cpu_ms = compiled.process.cpu_ms;
@@ -556,7 +577,7 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
       result.mutable_fingerprint()->set_device_index(slot);
     }
     // Each lane has its own zygote: a zygote serves one stage at a time.
-    placement.run_slot = lane.name();
+    if (config_.preforked_run_stage()) placement.zygote_slot = lane.name();
     placement.wall_limit = std::chrono::seconds(settings.time_limit_s());
     placement.mask_toolchain = settings.backend() != v1::BACKEND_TRITON;
     v1::StageSpec run_spec = MakeSpec(*ws, settings, v1::STAGE_RUN, checked.report.kernel_names);

@@ -54,7 +54,9 @@ std::string DeviceLabel(std::optional<uint32_t> gpu) {
 }
 
 std::string DeviceOfSlot(const std::string& slot) {
-  // A lane's zygote is named after its device plus ".N" (run_stages_ahead).
+  // A lane's zygote is named after its device plus ".N" (run_stages_ahead);
+  // a compile worker's is "compileN" (no device: "compile").
+  if (slot.starts_with("compile")) return "compile";
   return slot.starts_with("gpu") ? slot.substr(0, slot.find('.')) : "cpu";
 }
 
@@ -273,6 +275,11 @@ Metrics::Metrics(const MetricLabelSets& sets)
   }
   for (const char* queue : kQueues) queue_depth_.Add({{"queue", queue}});
   for (const char* state : {"busy", "idle"}) compile_slots_.Add({{"state", state}});
+  // Compile workers' zygotes count under "compile" (DeviceOfSlot).
+  for (const char* device : {"compile"}) {
+    zygote_restarts_total_.Add({{"device", device}});
+    zygote_start_failures_total_.Add({{"device", device}});
+  }
   for (const std::string& device : Devices(sets)) {
     zygote_restarts_total_.Add({{"device", device}});
     zygote_start_failures_total_.Add({{"device", device}});

@@ -189,8 +189,8 @@ StageOutcome StageRunner::RunSandboxed(const JobWorkspace& ws, v1::Stage stage,
   launcher.env.clear();
   launcher.cwd = sandbox_->spec_dir.string();
   std::optional<ProcessOutcome> preforked;
-  if (zygotes_ && stage == v1::STAGE_RUN && !placement.run_slot.empty()) {
-    preforked = RunPreforked(placement.run_slot, spec_path, launcher);
+  if (zygotes_ && !placement.zygote_slot.empty()) {
+    preforked = RunPreforked(placement.zygote_slot, spec_path, launcher);
   }
   // A zygote's run ends as kSpawnFailed only when the zygote itself failed.
   outcome.zygote_failed = preforked && preforked->end == ProcessOutcome::End::kSpawnFailed;
@@ -214,6 +214,10 @@ void StageRunner::EnablePrefork(const std::string& enter_library, ZygoteObserver
                      .enter_library = enter_library,
                      .env = ZygoteEnvironment(),
                      .observer = std::move(observer)});
+}
+
+void StageRunner::PrestartZygotes(const std::vector<std::string>& slots) {
+  if (zygotes_) zygotes_->Prestart(slots);
 }
 
 std::vector<std::string> StageRunner::ZygoteEnvironment() const {
@@ -240,7 +244,7 @@ std::optional<ProcessOutcome> StageRunner::RunPreforked(const std::string& slot,
   Zygote& zygote = zygotes_->For(slot);
   if (auto error = zygote.Start()) {
     std::cerr << "kboxd: zygote for " << slot << " unavailable (" << *error
-              << "); run stages there fall back to fork+exec" << std::endl;
+              << "); stages there fall back to fork+exec" << std::endl;
     return std::nullopt;
   }
   return zygote.Run(spec_path, limits);

@@ -84,9 +84,10 @@ struct StagePlacement {
   // kernel's first launch (through the harness's broker; the candidate's own
   // process cannot exec under the strict filter).
   bool mask_toolchain = true;
-  // The device slot running the stage ("gpu0", "cpu1"): with pre-forked run
-  // stages on, a run stage is forked by that slot's zygote. Empty: fork+exec.
-  std::string run_slot;
+  // The slot running the stage (a device lane "gpu0", "cpu1.1"; a compile
+  // worker "compile3"): once EnablePrefork ran, the stage is forked by that
+  // slot's zygote. Empty: fork+exec.
+  std::string zygote_slot;
 };
 
 // What a stage process left behind, decoded.
@@ -135,11 +136,14 @@ class StageRunner {
                                    const ProcessSpec& harness, const StagePlacement& placement,
                                    const std::vector<std::string>& cgroup_procs) const;
 
-  // Starts run stages through one zygote per slot (docs/prefork.md) from now
-  // on; needs the sandbox. `enter_library` is libkbox_sandbox_enter.so;
-  // `observer` (may be empty) hears every zygote's starts and deaths.
-  // Compile stages, and run stages without a run_slot, stay fork+exec.
+  // Starts stages with a zygote_slot through that slot's zygote
+  // (docs/prefork.md) from now on; needs the sandbox. `enter_library` is
+  // libkbox_sandbox_enter.so; `observer` (may be empty) hears every zygote's
+  // starts and deaths. Stages without a zygote_slot stay fork+exec.
   void EnablePrefork(const std::string& enter_library, ZygoteObserver observer = {});
+  // Starts the zygotes of `slots` now, in the background (after
+  // EnablePrefork; otherwise nothing).
+  void PrestartZygotes(const std::vector<std::string>& slots);
   // The environment a zygote starts with: the stage's clean environment,
   // one thread for every library that would start a pool at import, and no
   // GPU; nothing of any job.

@@ -218,6 +218,29 @@ std::optional<ProcessOutcome> Zygote::Run(const std::string& sandbox_spec,
   return out;
 }
 
+ZygotePool::~ZygotePool() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  stopping_cv_.notify_all();
+  for (auto& t : prestarts_) t.join();
+}
+
+void ZygotePool::Prestart(const std::vector<std::string>& slots) {
+  for (const auto& slot : slots) {
+    Zygote& zygote = For(slot);
+    std::lock_guard lock(mu_);
+    prestarts_.emplace_back([this, &zygote] {
+      (void)zygote.Start();
+      // A zygote dies with the *thread* that started it (PR_SET_PDEATHSIG
+      // follows the parent thread), so this one lives as long as the pool.
+      std::unique_lock until(mu_);
+      stopping_cv_.wait(until, [this] { return stopping_; });
+    });
+  }
+}
+
 Zygote& ZygotePool::For(const std::string& slot) {
   std::lock_guard lock(mu_);
   auto& zygote = zygotes_[slot];

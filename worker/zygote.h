@@ -10,12 +10,14 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "worker/process_runner.h"
@@ -96,17 +98,30 @@ class Zygote {
 
 inline constexpr std::chrono::seconds kStartRetryDelay{60};
 
-// One zygote per device slot, started on first use.
+// One zygote per slot, started on first use or by Prestart.
 class ZygotePool {
  public:
   explicit ZygotePool(ZygoteSettings settings) : settings_(std::move(settings)) {}
-  // The zygote of `slot` ("gpu0", "cpu1", ...), created on first use.
+  // Joins the pre-starts (each ends within the start timeout).
+  ~ZygotePool();
+  ZygotePool(const ZygotePool&) = delete;
+  ZygotePool& operator=(const ZygotePool&) = delete;
+  // The zygote of `slot` ("gpu0", "cpu1", "compile3", ...), created on first use.
   Zygote& For(const std::string& slot);
+  // Starts the zygotes of `slots` now, each on a thread of its own (which
+  // stays, as the zygote's parent, until the pool goes), rather than at the
+  // slot's first stage (which waits for a start in progress).
+  void Prestart(const std::vector<std::string>& slots);
 
  private:
   const ZygoteSettings settings_;
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<Zygote>> zygotes_;
+  // Each pre-started zygote's parent thread, kept until the pool goes (its
+  // exit would kill the zygote: PR_SET_PDEATHSIG); joined before zygotes_.
+  std::vector<std::thread> prestarts_;
+  std::condition_variable stopping_cv_;
+  bool stopping_ = false;
 };
 
 }  // namespace kbox

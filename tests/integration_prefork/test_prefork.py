@@ -225,3 +225,43 @@ def test_prints_run_stage_figures_against_fork_exec(runs):
           % (ex["durations"]["run_ms"], pre["durations"]["run_ms"],
              runs["example_first"]["durations"]["run_ms"]))
     assert pre["durations"]["run_ms"] > 0 and ex["durations"]["run_ms"] > 0
+
+
+def test_compile_stages_fork_from_a_zygote_per_compile_worker():
+    # --preforked-compile-stage alone: each compile worker slot gets a zygote
+    # ("compileN"), run stages stay fork+exec. An honest build is judged as
+    # through fork+exec, and the compile-time escape that echoes a host file
+    # through the compiler's diagnostics leaks nothing through the zygote's
+    # child either (the same sandbox, entered in the child).
+    root = tempfile.mkdtemp(prefix="kbox-prefork-compile-it-")
+    try:
+        k = Kboxd(root, "compile", ["--preforked-compile-stage"])
+        try:
+            honest = k.evaluate("compile-example", example("reference.py"), example("candidate.py"),
+                                measure_performance=False)
+            case = "esc_compile_include_passwd_cpu"
+            leak = k.evaluate(case, escape(case, "reference.py"), escape(case, "candidate.py"),
+                              measure_performance=False, anticheat_profile="off")
+            zygotes = k.zygotes()
+            metrics = k.metrics()
+            info = it.request(k.port, "GET", "/v1/info").json()
+        finally:
+            rc = k.stop()
+            log = k.stderr()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    assert honest["status"] == "CORRECT" and honest["rewardable"] is True, it.describe(honest)
+    assert leak["status"] == "COMPILE_ERROR" and leak["rewardable"] is False, it.describe(leak)
+    with open("/etc/passwd") as f:
+        first_line = f.readline().strip()
+    assert first_line and first_line not in json.dumps(leak), "host /etc/passwd leaked"
+    assert "compile stages start from a pre-forked zygote" in log, log
+    assert "run stages start from a pre-forked zygote" not in log, log
+    assert "fall back to fork+exec" not in log, log
+    # A zygote per compile worker, started with kboxd; none for run stages.
+    assert len(zygotes) == info["compile_workers"], (zygotes, info)
+    assert metrics.total("kbox_zygote_start_failures_total") == 0
+    assert metrics.value("kbox_zygote_restarts_total", device="compile") == 0
+    assert rc == 0
+    print("\ncompile stage of docs/examples/bias_relu (CPU) through a zygote: %.0f ms"
+          % honest["durations"]["compile_ms"])

@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -205,6 +206,45 @@ TEST_F(ZygoteTest, EachJobIsAFreshChildOfOneSingleThreadedZygote) {
   EXPECT_TRUE(GroupGone(first_child)) << "a process of the first job outlived its job";
   std::printf("zygote %d: children %d, %d; stage wall %.0f ms, %.0f ms\n", zygote, first_child,
               zygote_->last_child(), first.wall_ms, second.wall_ms);
+}
+
+// A pool's pre-start (compile workers' zygotes, kboxd's start) starts the
+// zygotes before any stage asks; the first stage then uses that zygote.
+TEST_F(ZygoteTest, PrestartedZygotesAreReadyBeforeTheFirstStage) {
+  std::vector<std::string> events;
+  std::mutex events_mu;
+  ZygotePool pool(ZygoteSettings{
+      .python = paths_.python,
+      .script = paths_.harness + "/kbox_zygote.py",
+      .enter_library = paths_.enter_library,
+      .env = {"PATH=/usr/bin:/bin", "OMP_NUM_THREADS=1", "MKL_NUM_THREADS=1",
+              "PYTORCH_NVML_BASED_CUDA_CHECK=1", "CUDA_VISIBLE_DEVICES="},
+      .observer = [&](const std::string& slot, ZygoteEvent event) {
+        std::lock_guard lock(events_mu);
+        if (event == ZygoteEvent::kStarted) events.push_back(slot);
+      }});
+  pool.Prestart({"compile0", "compile1"});
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(180);
+  for (;;) {
+    {
+      std::lock_guard lock(events_mu);
+      if (events.size() == 2) break;
+    }
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the pre-started zygotes never became ready";
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  Zygote& zygote = pool.For("compile0");
+  const pid_t started = zygote.pid();
+  ASSERT_GT(started, 0);
+  EXPECT_NE(pool.For("compile1").pid(), started);
+  ProcessSpec limits;
+  limits.wall_limit = std::chrono::seconds(60);
+  const auto out = zygote.Run(WriteSpec("bogus_stage.json"), limits);
+  ASSERT_TRUE(out.has_value());
+  ExpectReport(*out);
+  EXPECT_EQ(zygote.pid(), started) << "the first stage started a zygote of its own";
+  std::lock_guard lock(events_mu);
+  EXPECT_EQ(events.size(), 2u);
 }
 
 // The wall-clock limit holds for a zygote's child as for fork+exec: the job's

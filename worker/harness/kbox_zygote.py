@@ -1,19 +1,20 @@
-"""kbox's pre-forked run-stage parent: one per device slot (docs/prefork.md).
+"""kbox's pre-forked stage parent: one per device slot (run stages) or compile
+worker (compile stages) (docs/prefork.md).
 
 Usage: python3 -s -B kbox_zygote.py --socket-fd N --enter-lib PATH
 
 kboxd starts it as root on the host, like kbox-sandbox, with the stage's clean
 environment and single-thread settings. It imports PyTorch and the harness
-once, never initialises CUDA, and forks one fresh child per run stage. The
-child enters the sandbox itself (libkbox_sandbox_enter.so) and then runs the
-same entry point as kbox_stage.py. The zygote itself never runs candidate or
-reference code and holds nothing job-specific.
+once, never initialises CUDA, and forks one fresh child per stage. The child
+enters the sandbox itself (libkbox_sandbox_enter.so) and then runs the same
+entry point as kbox_stage.py, whichever stage its spec names. The zygote itself
+never runs candidate or reference code and holds nothing job-specific.
 
-What this weakens, and why it is behind a flag (preforked_run_stage, off by
-default): every job's program is a copy of this process, so all jobs share its
-memory image and ASLR layout (threat-model row S18, docs/prefork.md). Hence
-nothing of any job may ever reach this process but the per-request spec path
-and two pipe descriptors.
+What this weakens, and why it is behind flags (preforked_run_stage,
+preforked_compile_stage, off by default): every job's program is a copy of
+this process, so all jobs share its memory image and ASLR layout (threat-model
+row S18, docs/prefork.md). Hence nothing of any job may ever reach this
+process but the per-request spec path and two pipe descriptors.
 
 Protocol on the inherited AF_UNIX SOCK_SEQPACKET socket (one job at a time):
   zygote -> kboxd  b"ready <pid>"                 once, after the imports
@@ -64,7 +65,7 @@ from kbox_harness import dynamic_checks  # noqa: E402
 # paid once per zygote; check_forkable() below still holds (no thread, no CUDA).
 dynamic_checks.preload_dispatch_tracing()
 
-from kbox_harness import run_stage, stage  # noqa: E402,F401
+from kbox_harness import compile_stage, run_stage, stage  # noqa: E402,F401
 
 _PR_SET_PDEATHSIG = 1
 _SETUP_FAILED = 125  # kbox-sandbox's status for "the sandbox could not be set up"
@@ -183,7 +184,7 @@ def _serve_one(lib, libc, sock, message, fds, stage_threads):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description="kbox pre-forked run-stage parent")
+    parser = argparse.ArgumentParser(description="kbox pre-forked stage parent")
     parser.add_argument("--socket-fd", type=int, required=True)
     parser.add_argument("--enter-lib", required=True)
     args = parser.parse_args(argv)

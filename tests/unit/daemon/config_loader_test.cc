@@ -571,5 +571,16 @@ TEST(ConfigLoaderTest, RunSetUpLimitDefaultsAndIsBounded) {
   EXPECT_EQ(rejected.error().field, "run_set_up_limit_s");
 }
 
+// Compile stages' zygotes: off unless asked for, apart from run stages'.
+TEST(ConfigLoaderTest, PreforkedCompileStageIsItsOwnFlag) {
+  auto config = ApplyConfigDefaults(v1::DaemonConfig(), 4);
+  ASSERT_TRUE(config);
+  EXPECT_FALSE(config->preforked_compile_stage());
+  const auto flag = Parse({"--preforked-compile-stage"});
+  ASSERT_TRUE(flag) << flag.error().message;
+  EXPECT_TRUE(flag->config.preforked_compile_stage());
+  EXPECT_FALSE(flag->config.preforked_run_stage());
+}
+
 }  // namespace
 }  // namespace kbox

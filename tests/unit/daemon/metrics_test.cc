@@ -134,8 +134,9 @@ TEST(MetricsTest, LabelValuesComeFromClosedSets) {
        {{"cause", {"stage_killed", "compiler_killed", "zygote_died", "harness_crash"}}}},
       {"kbox_sandbox_violations_total", {{"kind", kinds}}},
       {"kbox_worker_crashes_total", {{"worker", {"harness", "zygote"}}}},
-      {"kbox_zygote_restarts_total", {{"device", devices}}},
-      {"kbox_zygote_start_failures_total", {{"device", devices}}},
+      // Compile workers' zygotes (preforked_compile_stage) count as "compile".
+      {"kbox_zygote_restarts_total", {{"device", {"compile", "cpu", "gpu0", "gpu1"}}}},
+      {"kbox_zygote_start_failures_total", {{"device", {"compile", "cpu", "gpu0", "gpu1"}}}},
       {"kbox_device_quarantines_total", {{"device", devices}}},
       {"kbox_device_probes_total", {{"device", devices}, {"result", {"pass", "fail"}}}},
       {"kbox_stage_cpu_seconds_total", {{"backend", backends}, {"stage", {"compile", "run"}}}},
@@ -272,6 +273,8 @@ TEST(MetricsTest, LabelHelpers) {
   // A lane's zygote (run_stages_ahead) counts for its device.
   EXPECT_EQ(DeviceOfSlot("gpu2.1"), "gpu2");
   EXPECT_EQ(DeviceOfSlot("cpu0.1"), "cpu");
+  // A compile worker's zygote (preforked_compile_stage) has no device.
+  EXPECT_EQ(DeviceOfSlot("compile3"), "compile");
   EXPECT_EQ(BackendLabel(v1::BACKEND_TRITON), "triton");
   EXPECT_EQ(BackendLabel(v1::BACKEND_CPU), "cpu");
 }
