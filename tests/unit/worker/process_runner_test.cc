@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -385,45 +386,47 @@ TEST(ProcessRunnerTest, TurnThatNeverComesEndsTheStage) {
   EXPECT_LT(out.wall_ms, 5000);
 }
 
+// A stage whose device turn came at its start and whose set-up ends when the
+// test says (ProcessSpec::set_up_done_ns), as kboxd's gate times the judge's 'r'.
+struct SetUpStage {
+  std::atomic<int64_t> granted{SteadyNowNs()};
+  std::atomic<int64_t> set_up_done{0};
+  ProcessSpec spec;
+
+  SetUpStage(const char* sleep_s, std::chrono::milliseconds wall, std::chrono::milliseconds set_up_limit) {
+    spec.argv = {"/bin/sleep", sleep_s};
+    spec.wall_limit = wall;
+    spec.turn_granted_ns = &granted;
+    spec.set_up_done_ns = &set_up_done;
+    spec.set_up_limit = set_up_limit;
+  }
+  // Runs it; its set-up ends after `set_up` (never when absent).
+  ProcessOutcome Run(std::optional<std::chrono::milliseconds> set_up) {
+    std::thread ender([&] {
+      if (!set_up) return;
+      std::this_thread::sleep_for(*set_up);
+      set_up_done.store(SteadyNowNs());
+    });
+    ProcessOutcome out = RunProcess(spec);
+    ender.join();
+    return out;
+  }
+};
+
 // A slow set-up (kbox's start on a busy host) takes nothing from the
 // candidate's budget: the wall limit counts from the later of the turn and
 // the set-up's end.
 TEST(ProcessRunnerTest, WallLimitCountsFromTheEndOfSetUp) {
-  std::atomic<int64_t> granted{SteadyNowNs()};  // The turn at once.
-  std::atomic<int64_t> set_up_done{0};
-  ProcessSpec spec;
-  spec.argv = {"/bin/sleep", "1.5"};
-  spec.wall_limit = 1000ms;
-  spec.turn_granted_ns = &granted;
-  spec.turn_wait_limit = 0ms;
-  spec.set_up_done_ns = &set_up_done;
-  spec.set_up_limit = 10s;
-  std::thread set_up([&] {
-    std::this_thread::sleep_for(1000ms);  // As long as the wall limit.
-    set_up_done.store(SteadyNowNs());
-  });
-  const ProcessOutcome out = RunProcess(spec);
-  set_up.join();
+  SetUpStage stage("1.5", 1000ms, 10s);
+  const ProcessOutcome out = stage.Run(1000ms);  // As long as the wall limit.
   EXPECT_EQ(out.end, ProcessOutcome::End::kExited) << DescribeEnd(out);
   EXPECT_EQ(out.exit_code, 0);
 }
 
 // After the set-up, the candidate's budget is the wall limit, not more.
 TEST(ProcessRunnerTest, WallLimitAfterTheSetUpStillKills) {
-  std::atomic<int64_t> granted{SteadyNowNs()};
-  std::atomic<int64_t> set_up_done{0};
-  ProcessSpec spec;
-  spec.argv = {"/bin/sleep", "30"};
-  spec.wall_limit = 500ms;
-  spec.turn_granted_ns = &granted;
-  spec.set_up_done_ns = &set_up_done;
-  spec.set_up_limit = 10s;
-  std::thread set_up([&] {
-    std::this_thread::sleep_for(300ms);
-    set_up_done.store(SteadyNowNs());
-  });
-  const ProcessOutcome out = RunProcess(spec);
-  set_up.join();
+  SetUpStage stage("30", 500ms, 10s);
+  const ProcessOutcome out = stage.Run(300ms);
   EXPECT_EQ(out.end, ProcessOutcome::End::kTimedOut);
   EXPECT_FALSE(out.timed_out_setting_up);
   EXPECT_EQ(out.expired_limit, 500ms);
@@ -435,16 +438,9 @@ TEST(ProcessRunnerTest, WallLimitAfterTheSetUpStillKills) {
 // the turn is given the device waits on it: the turn's long wait limit no
 // longer adds to it.
 TEST(ProcessRunnerTest, SetUpThatNeverEndsIsKilledAtTheSetUpLimit) {
-  std::atomic<int64_t> granted{SteadyNowNs()};
-  std::atomic<int64_t> set_up_done{0};
-  ProcessSpec spec;
-  spec.argv = {"/bin/sleep", "30"};
-  spec.wall_limit = 5000ms;
-  spec.turn_granted_ns = &granted;
-  spec.turn_wait_limit = 20s;
-  spec.set_up_done_ns = &set_up_done;
-  spec.set_up_limit = 600ms;
-  const ProcessOutcome out = RunProcess(spec);
+  SetUpStage stage("30", 5000ms, 600ms);
+  stage.spec.turn_wait_limit = 20s;
+  const ProcessOutcome out = stage.Run(std::nullopt);
   EXPECT_EQ(out.end, ProcessOutcome::End::kTimedOut);
   EXPECT_TRUE(out.timed_out_setting_up);
   EXPECT_EQ(out.expired_limit, 600ms);
