@@ -25,8 +25,10 @@ bool DeviceTurns::QuietHeld(const std::list<Entry>& queue) {
   return std::any_of(queue.begin(), queue.end(), [](const Entry& e) { return e.quiet; });
 }
 
-void DeviceTurns::GrantQuietIfClear(std::list<Entry>& queue) {
+void DeviceTurns::GrantQuietIfClear(uint32_t device) {
+  auto& queue = queues_[device];
   if (queue.empty() || !queue.front().quiet_grant) return;
+  if (!leaving_[device].empty()) return;  // Its exit may still touch the device.
   const bool clear = std::none_of(std::next(queue.begin()), queue.end(),
                                   [](const Entry& e) { return e.setting_up && !e.paused; });
   if (!clear) return;
@@ -53,6 +55,10 @@ void DeviceTurns::Leave(uint32_t device, uint64_t id) {
   {
     std::lock_guard lock(mu_);
     auto& queue = queues_[device];
+    if (leaving_[device].erase(id) > 0) {
+      GrantQuietIfClear(device);  // The last one leaving clears the way.
+      return;
+    }
     const auto it = std::find_if(queue.begin(), queue.end(), [&](const Entry& e) { return e.id == id; });
     if (it == queue.end()) return;
     const bool held = it == queue.begin();
@@ -62,7 +68,7 @@ void DeviceTurns::Leave(uint32_t device, uint64_t id) {
     if (held) resumes = TakePaused(queue);
     if (held && !queue.empty()) queue.front().give();
     // One setting up fewer, or a new holder that asked before its turn.
-    GrantQuietIfClear(queue);
+    GrantQuietIfClear(device);
     if (had_quiet) quiet_over_.notify_all();
   }
   for (const auto& resume : resumes) resume();
@@ -104,7 +110,7 @@ void DeviceTurns::PauseForQuiet(uint32_t device) {
           resumes.push_back(e->pauser.resume);
         }
       }
-      GrantQuietIfClear(queue);
+      GrantQuietIfClear(device);
     }
     for (const auto& resume : resumes) resume();
   }
@@ -121,7 +127,7 @@ void DeviceTurns::Ticket::SetUpDone() const {
   if (!turns_) return;
   std::lock_guard lock(turns_->mu_);
   if (Entry* e = turns_->Find(device_, id_)) e->setting_up = false;
-  GrantQuietIfClear(turns_->queues_[device_]);
+  turns_->GrantQuietIfClear(device_);
 }
 
 void DeviceTurns::Ticket::AskQuiet(Give grant) const {
@@ -131,7 +137,7 @@ void DeviceTurns::Ticket::AskQuiet(Give grant) const {
     Entry* e = turns_->Find(device_, id_);
     if (!e || e->quiet || e->quiet_grant) return;  // Asked once per timing.
     e->quiet_grant = std::move(grant);
-    GrantQuietIfClear(turns_->queues_[device_]);
+    turns_->GrantQuietIfClear(device_);
   }
   turns_->PauseForQuiet(device_);
 }
@@ -150,6 +156,24 @@ void DeviceTurns::Ticket::EndQuiet() const {
     }
     auto& queue = turns_->queues_[device_];
     if (!queue.empty() && queue.front().id == id_) resumes = TakePaused(queue);
+  }
+  for (const auto& resume : resumes) resume();
+}
+
+void DeviceTurns::Ticket::HandOver() const {
+  if (!turns_) return;
+  std::vector<std::function<void()>> resumes;
+  {
+    std::lock_guard lock(turns_->mu_);
+    auto& queue = turns_->queues_[device_];
+    if (queue.empty() || queue.front().id != id_) return;
+    const bool had_quiet = queue.front().quiet;
+    queue.pop_front();
+    turns_->leaving_[device_].insert(id_);
+    // A quiet not ended by its holder ends with its turn, as in Leave.
+    resumes = TakePaused(queue);
+    if (!queue.empty()) queue.front().give();
+    if (had_quiet) turns_->quiet_over_.notify_all();
   }
   for (const auto& resume : resumes) resume();
 }

@@ -17,6 +17,12 @@
 // stopped) no longer counts as setting up while paused: it is paused when the
 // quiet is asked and continued when the quiet ends, so the holder times at
 // once instead of waiting for the rest of the next stage's CUDA start.
+//
+// A holder whose candidate's process is gone and whose judge does no more
+// device work hands the turn over (HandOver) rather than keeping it through
+// its own exit (the judge's CUDA teardown, the sandbox's): the next stage's
+// correctness trials start at once. Its exit may still touch the device, so
+// until it leaves no holder's quiet is granted: timing never overlaps it.
 
 #include <condition_variable>
 #include <cstdint>
@@ -24,6 +30,7 @@
 #include <list>
 #include <map>
 #include <mutex>
+#include <set>
 #include <vector>
 
 namespace kbox {
@@ -67,6 +74,11 @@ class DeviceTurns {
     // The holder's timing is over: stages paused for it continue, and stages
     // prepared ahead may start again.
     void EndQuiet() const;
+    // The holder is done with the device but has not left (its processes
+    // are exiting): the next ticket gets the turn now. This ticket no longer
+    // holds it, and until it leaves no holder's quiet is granted. Does
+    // nothing from a ticket that does not hold the turn.
+    void HandOver() const;
 
    private:
     friend class DeviceTurns;
@@ -111,15 +123,18 @@ class DeviceTurns {
   static std::vector<std::function<void()>> TakePaused(std::list<Entry>& queue);
   // Entry `id` of `device`, or null. With mu_ held.
   Entry* Find(uint32_t device, uint64_t id);
-  // Grants the holder's asked quiet when no other entry is setting up.
-  // With mu_ held.
-  static void GrantQuietIfClear(std::list<Entry>& queue);
+  // Grants `device`'s holder's asked quiet when no other entry is setting
+  // up and no ticket that handed the turn over is still leaving. With mu_
+  // held.
+  void GrantQuietIfClear(uint32_t device);
   static bool QuietHeld(const std::list<Entry>& queue);
 
   mutable std::mutex mu_;
   std::condition_variable quiet_over_;
   // Per device, the ticket holding the turn first, then those waiting.
   std::map<uint32_t, std::list<Entry>> queues_;
+  // Per device, tickets that handed the turn over and have not left.
+  std::map<uint32_t, std::set<uint64_t>> leaving_;
   uint64_t next_id_ = 1;
 };
 

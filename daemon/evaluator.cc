@@ -41,6 +41,16 @@ double MsBetween(Evaluator::Clock::time_point a, Evaluator::Clock::time_point b)
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
+// How long a stage held its device's turn: from the turn given to the turn
+// handed over (the judge's 'e', when `hand_over` is on) or, without that,
+// now (the stage's end).
+double TurnHeldMs(const TurnGate& gate, bool hand_over) {
+  using Clock = Evaluator::Clock;
+  const auto ns = [](int64_t n) { return Clock::time_point(std::chrono::nanoseconds(n)); };
+  const int64_t done = hand_over ? gate.done_with_device_ns() : 0;
+  return std::max(0.0, MsBetween(ns(gate.granted_ns()->load()), done != 0 ? ns(done) : Clock::now()));
+}
+
 std::string ArchList(const HostInfo& host, const std::vector<uint32_t>& gpus) {
   std::vector<std::string> archs;
   for (const auto& g : host.probe.gpus()) {
@@ -602,13 +612,23 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
     // The judge's notes move its ticket: set-up over, quiet asked, quiet over.
     const auto open_notes = [&] {
       TurnGate* const g = gate.get();
-      return gate->OpenNotes(notes_path, options.owner_uid, options.owner_gid, [&turn, g](char note) {
+      const bool hand_over = config_.hand_over_turn();
+      return gate->OpenNotes(notes_path, options.owner_uid, options.owner_gid,
+                             [&turn, g, hand_over](char note) {
         if (note == 'r') {
           turn->SetUpDone();
         } else if (note == 'q') {
           turn->AskQuiet([g] { g->GiveQuiet(); });
         } else if (note == 'd') {
           turn->EndQuiet();
+        } else if (note == 'e' && hand_over) {
+          // Done with the device: its verdict needs no device probe (the
+          // judge sends 'e' only for a correct or incorrect candidate) and
+          // the candidate's process is gone. If kboxd still finds something
+          // to probe for at the stage's end, the probe runs beside the next
+          // holder's correctness trials; the next holder's timing waits for
+          // this stage to leave (device_turns.h).
+          turn->HandOver();
         }
       });
     };
@@ -683,6 +703,7 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
     if (gate && gate->given()) {
       const auto granted = Clock::time_point(std::chrono::nanoseconds(gate->granted_ns()->load()));
       waited_ms = std::max(0.0, MsBetween(started, granted));
+      durations->set_device_turn_ms(TurnHeldMs(*gate, config_.hand_over_turn()));
     }
     double run_ms = ran.process.wall_ms - waited_ms;
     if (gate && gate->given() && ran.report && ran.report->set_up_again()) {
@@ -710,6 +731,7 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
       trace.run_cpu_ms += ran.process.cpu_ms;
       ran = runner_.Run(*ws, run_spec, placement);
       run_ms += ran.process.wall_ms;
+      durations->set_device_turn_ms(durations->device_turn_ms() + TurnHeldMs(*gate, config_.hand_over_turn()));
     }
     trace.run_cpu_ms += ran.process.cpu_ms;
     durations->set_queue_wait_ms(lane_wait_ms + waited_ms);

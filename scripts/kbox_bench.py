@@ -322,17 +322,26 @@ def start_up_ms(record):
     return float(phases.get("fork_candidate", 0.0)) + float(phases["setup"])
 
 
+def device_held_ms(record):
+    """How long the job held its device: its turn (device_turn_ms, with run
+    stages ahead), else its run stage."""
+    d = record["result"]["durations"]
+    return float(d.get("device_turn_ms") or d.get("run_ms", 0))
+
+
 def windows(records):
     """(wall_s, busy_window_s) over the evaluated records: first submission to
-    last result, and first run start (its result's done time less its run_ms)
-    to last result."""
+    last result, and first run start (its result's done time less its run_ms,
+    or its device turn where that is longer) to last result."""
     done = evaluated(records)
     if not done:
         return 0.0, 0.0
     last = max(r["done"] for r in done)
     wall = last - min(r["submitted"] for r in done)
-    ran = [r["done"] - r["result"]["durations"].get("run_ms", 0) / 1000.0 for r in done
-           if reached(r, "run_ms") and r["result"]["durations"].get("run_ms", 0) > 0]
+    # A job's device turn can start before its run stage's process (the first
+    # job's turn waits on its lane's zygote): the window starts at the earlier.
+    ran = [r["done"] - max(r["result"]["durations"].get("run_ms", 0), device_held_ms(r)) / 1000.0
+           for r in done if reached(r, "run_ms") and r["result"]["durations"].get("run_ms", 0) > 0]
     return wall, (last - min(ran)) if ran else 0.0
 
 
@@ -379,9 +388,13 @@ def summarise(args, info, records, metrics, baseline, scale_note, baseline_asked
     window_s, busy_window_s = windows(records)
     hours = window_s / 3600.0
     per_hour = lambda n: n / hours if hours > 0 else None  # noqa: E731
-    run_s = [r["result"]["durations"].get("run_ms", 0) / 1000 for r in done if reached(r, "run_ms")]
+    # The device's busy time: each job's turn on it (device_turn_ms: turns do
+    # not overlap), or its run stage where kboxd reports no turn (no stages ahead).
+    held_s = [device_held_ms(r) / 1000 for r in done if reached(r, "run_ms")]
     slots = gpus or info.get("cpu_run_slots", 1) or 1
-    busy = sum(run_s) / (busy_window_s * slots) if busy_window_s > 0 else None
+    busy = sum(held_s) / (busy_window_s * slots) if busy_window_s > 0 else None
+    turn_ms = [r["result"]["durations"]["device_turn_ms"] for r in cold
+               if r["result"]["durations"].get("device_turn_ms")]
     d = lambda r, k: r["result"]["durations"].get(k, 0) / 1000  # noqa: E731
     hit_overhead = [d(r, "total_ms") - d(r, "run_ms") for r in hits]
     # The same without the wait for a free run slot, which is load, not the cache.
@@ -406,6 +419,7 @@ def summarise(args, info, records, metrics, baseline, scale_note, baseline_asked
         "start_up_p50_ms": pct([v for v in map(start_up_ms, done) if v is not None], 50),
         "start_up_p99_ms": pct([v for v in map(start_up_ms, done) if v is not None], 99),
         "busy_fraction": busy, "busy_slots": slots,
+        "device_turn_ms_cold": (pct(turn_ms, 50), pct(turn_ms, 99)) if turn_ms else None,
         "cache_hits": len(hits), "cache_hit_rate_all": len(hits) / len(done) if done else None,
         "cache_hit_rate_resubmitted": (sum(1 for r in again if r["result"].get("build_cache_hit")) /
                                        len(again)) if again else None,
@@ -458,7 +472,10 @@ def print_summary(s):
     for phase in PHASES:
         c, a = s["phases_cold"][phase], s["phases_resubmitted"][phase]
         print("  %-14s %10s / %-10s | %10s / %-10s" % (phase, f(c[0]), f(c[1]), f(a[0]), f(a[1])))
-    print("device busy from first run start (sum of run_ms / %.1f s from first run start to last result"
+    if s.get("device_turn_ms_cold"):
+        print("  %-14s %10s / %-10s   (the job's turn on its device, cold distinct jobs)" % (
+            "device_turn_ms", f(s["device_turn_ms_cold"][0]), f(s["device_turn_ms_cold"][1])))
+    print("device busy from first run start (sum of device turns, else run_ms / %.1f s from first run start to last result"
           " / %d slot(s)): %s   [target >= 80 %% while queued: %s]" % (
               s["busy_window_s"], s["busy_slots"],
               f(None if s["busy_fraction"] is None else 100 * s["busy_fraction"], "%.1f %%"),

@@ -80,6 +80,7 @@ std::optional<std::string> TurnGate::OpenNotes(const std::filesystem::path& path
       if (n <= 0) return;  // Cannot happen while this end holds the FIFO open.
       for (ssize_t i = 0; i < n; ++i) {
         if (notes[i] == 'r' && set_up_done_ns_.load() == 0) set_up_done_ns_.store(NowNs());
+        if (notes[i] == 'e' && done_with_device_ns_.load() == 0) done_with_device_ns_.store(NowNs());
         on_note(notes[i]);
       }
     }

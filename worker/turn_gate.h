@@ -39,7 +39,8 @@ class TurnGate {
 
   // The judge's notes to kboxd, through a second FIFO at `path` that it
   // writes: 'r' its set-up on the device is over, 'q' it asks for the
-  // device to itself before timing, 'd' its timing is over (DeviceTurns).
+  // device to itself before timing, 'd' its timing is over, 'e' it is done
+  // with the device: the candidate's process is gone (DeviceTurns::HandOver).
   // A thread of this gate reads them and calls `on_note` for each byte
   // until StopNotes (or the destructor).
   std::optional<std::string> OpenNotes(const std::filesystem::path& path,
@@ -65,6 +66,9 @@ class TurnGate {
   // 0 until the judge's first 'r' note (its set-up is over): then its time,
   // as granted_ns. Stored before on_note sees the note.
   const std::atomic<int64_t>* set_up_done_ns() const { return &set_up_done_ns_; }
+  // 0 until the judge's first 'e' note (done with the device), then its
+  // time, as granted_ns.
+  int64_t done_with_device_ns() const { return done_with_device_ns_.load(); }
   bool withdrawn() const { return withdrawn_.load(); }
 
  private:
@@ -77,6 +81,7 @@ class TurnGate {
   std::thread notes_reader_;
   std::atomic<int64_t> granted_ns_{0};
   std::atomic<int64_t> set_up_done_ns_{0};
+  std::atomic<int64_t> done_with_device_ns_{0};
   std::atomic<bool> withdrawn_{false};
 };
 

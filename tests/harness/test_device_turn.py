@@ -6,6 +6,8 @@ import os
 import threading
 import time
 
+import pytest
+import seccomp_bpf
 from test_stages import Job, _check
 
 # Writes the moment its module is imported (CLOCK_MONOTONIC is one clock for
@@ -208,6 +210,44 @@ def test_timing_waits_for_the_device_to_itself(tmp_path):
     # The judge unlinked both FIFOs once it held them: candidate code cannot
     # open them by name.
     assert not os.path.exists(fifo) and not os.path.exists(notes)
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_a_judged_stage_hands_its_turn_over_once_its_candidate_is_gone(tmp_path, strict):
+    # b"e" after b"d" (run_stage._hand_over_turn): the candidate judged, its
+    # process reaped, and, with the strict filter, unable to have started
+    # another. Without the filter the turn waits for the stage's end.
+    if strict and not seccomp_bpf.available():
+        pytest.skip("needs x86_64 and libseccomp")
+    job, fifo, kboxd_end = _job(tmp_path)
+    notes, notes_end = _notes_fifo(job)
+    seen = []
+
+    def kboxd():
+        seen.append(_read_note(notes_end))
+        os.write(kboxd_end, b"g")
+        seen.append(_read_note(notes_end))
+        os.write(kboxd_end, b"q")
+        seen.append(_read_note(notes_end))
+    thread = threading.Thread(target=kboxd, daemon=True)
+    thread.start()
+    extra = {}
+    if strict:
+        extra["strict_seccomp_bpf"] = seccomp_bpf.write_no_spawn_filter(str(tmp_path / "strict.bpf"))
+    try:
+        report = _check(job.run("STAGE_RUN", device_turn_path=fifo, device_notes_path=notes,
+                                **extra), "OK")
+        thread.join(30)
+        try:
+            rest = os.read(notes_end, 16)
+        except BlockingIOError:
+            rest = b""
+    finally:
+        os.close(kboxd_end)
+        os.close(notes_end)
+    assert seen == [b"r", b"q", b"d"]
+    assert rest == (b"e" if strict else b"")
+    assert ("hand_over" in report["phase_ms"]) == strict
 
 
 # Appends the moment of every forward call to the job's home.

@@ -227,3 +227,42 @@ def test_the_time_limit_counts_from_the_end_of_set_up():
         assert "did not finish setting up within its set-up limit (20 s)" in hung["message"], \
             it.describe(hung)
         assert hung["durations"]["run_ms"] < 20000 + 15000, hung["durations"]
+
+
+RAISING_CANDIDATE = '''
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        raise RuntimeError("no kernel today")
+'''
+
+
+@pytest.mark.parametrize("hand_over", [True, False])
+def test_a_judged_holder_hands_the_turn_over_before_its_stage_exits(hand_over):
+    # A holder whose candidate was judged (correct or incorrect) and whose
+    # process is gone sends 'e' (run_stage._hand_over_turn): the device's
+    # turn passes on then, not at its stage's exit. device_turn_ms ends at
+    # the hand-over, run_ms at the exit. A candidate that failed keeps the
+    # turn to the end (a device probe may be due), as does every stage with
+    # the hand-over turned off.
+    flags = [] if hand_over else ["--no-turn-hand-over"]
+    with it.own_kboxd("kbox-ahead-hand-over-it-", CONFIG, flags) as (_, port, _):
+        jobs = [("a", FAST_CANDIDATE), ("b", FAST_CANDIDATE), ("c", RAISING_CANDIDATE)]
+        with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:
+            a, b, c = pool.map(lambda job: evaluate(
+                port, "hand-over-%s-%s" % (hand_over, job[0]), REFERENCE, job[1], False, trials=1),
+                jobs)
+        for r in (a, b):
+            assert r["status"] == "CORRECT", it.describe(r)
+            d = r["durations"]
+            assert "hand_over" in d["run_phases_ms"], d
+            if hand_over:
+                assert 0 < d["device_turn_ms"] < d["run_ms"], d
+            else:
+                assert d["device_turn_ms"] >= d["run_ms"] - 1, d
+        assert c["status"] == "RUNTIME_ERROR", it.describe(c)
+        d = c["durations"]
+        assert "hand_over" not in d["run_phases_ms"], d
+        assert d["device_turn_ms"] >= d["run_ms"] - 1, d

@@ -42,6 +42,29 @@ def test_busy_window_starts_at_the_first_run():
     assert s["gpus"] == 0 and s["busy_slots"] == 1  # cpu backend: run slots, not info["gpus"]
 
 
+def test_busy_counts_device_turns_where_reported():
+    # With run stages ahead a job hands its turn over before its stage exits,
+    # so run stages overlap: the device's busy time is the sum of the turns.
+    recs = [record("a", 0.0, 40.0, 10000.0, device_turn_ms=8000.0),
+            record("b", 0.0, 50.0, 10000.0, device_turn_ms=6000.0)]
+    s = summarise(recs)
+    assert abs(s["busy_fraction"] - 14.0 / 20.0) < 1e-9
+    assert s["device_turn_ms_cold"] == (6000.0, 8000.0)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        bench.print_summary(s)
+    assert "device_turn_ms" in out.getvalue() and "70.0 %" in out.getvalue()
+
+
+def test_a_turn_longer_than_its_run_opens_the_busy_window():
+    # The first job's turn waited 5 s on its lane's zygote before its run
+    # stage's process started: the device was the job's from 25 s, not 30 s.
+    recs = [record("a", 0.0, 40.0, 10000.0, device_turn_ms=15000.0),
+            record("b", 0.0, 50.0, 10000.0, device_turn_ms=9000.0)]
+    assert bench.windows(recs) == (50.0, 25.0)
+    assert abs(summarise(recs)["busy_fraction"] - 24.0 / 25.0) < 1e-9
+
+
 def test_client_errors_are_not_counted_per_hour():
     recs = [record("a", 0.0, 36.0, 1000.0), client_error("b"), client_error("c")]
     s = summarise(recs)

@@ -178,6 +178,17 @@ TEST(ConfigLoaderTest, PausingSetUpsForTheQuietIsOnUnlessTurnedOff) {
   EXPECT_FALSE(config->pause_set_ups_for_quiet());
 }
 
+TEST(ConfigLoaderTest, HandingTheTurnOverIsOnUnlessTurnedOff) {
+  auto config = ApplyConfigDefaults(v1::DaemonConfig(), 4);
+  ASSERT_TRUE(config);
+  EXPECT_TRUE(config->hand_over_turn());
+  const auto flag = Parse({"--no-turn-hand-over"});
+  ASSERT_TRUE(flag) << flag.error().message;
+  config = ApplyConfigDefaults(flag->config, 4);
+  ASSERT_TRUE(config);
+  EXPECT_FALSE(config->hand_over_turn());
+}
+
 TEST(ConfigLoaderTest, ZeroCoresMeansOneCompileWorker) {
   const auto config = ApplyConfigDefaults(v1::DaemonConfig(), 0);
   ASSERT_TRUE(config);

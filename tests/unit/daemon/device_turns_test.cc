@@ -212,5 +212,64 @@ TEST(DeviceTurnsTest, AQuietAskedBeforeTheTurnPausesWhenTheTurnComes) {
   EXPECT_EQ(log, (std::vector<std::string>{"pause c", "quiet b"}));
 }
 
+// A holder done with the device hands the turn over before it leaves
+// (device_turns.h): the next stage's turn starts, but its quiet, before
+// timing, waits until the one handing over has left.
+TEST(DeviceTurnsTest, HandingOverGivesTheTurnAndHoldsBackTheNextQuiet) {
+  DeviceTurns turns;
+  std::vector<std::string> log;
+  std::optional<DeviceTurns::Ticket> a(turns.Enqueue(0, [&] { log.push_back("a"); }, true));
+  a->SetUpDone();
+  std::optional<DeviceTurns::Ticket> b(turns.Enqueue(0, [&] { log.push_back("b"); }, true));
+  b->SetUpDone();
+  a->HandOver();
+  EXPECT_EQ(log, (std::vector<std::string>{"a", "b"}));
+  EXPECT_FALSE(a->holds());
+  EXPECT_TRUE(b->holds());
+  EXPECT_EQ(turns.Waiting(0), 0u);
+  b->AskQuiet([&] { log.push_back("quiet b"); });
+  EXPECT_EQ(log, (std::vector<std::string>{"a", "b"}));  // a is still exiting.
+  a.reset();
+  EXPECT_EQ(log, (std::vector<std::string>{"a", "b", "quiet b"}));
+}
+
+// Only the holder hands over, once; a device left free by it is given at
+// once to the next stage that queues, whose quiet still waits.
+TEST(DeviceTurnsTest, HandingOverIsTheHoldersOnly) {
+  DeviceTurns turns;
+  std::vector<std::string> log;
+  std::optional<DeviceTurns::Ticket> a(turns.Enqueue(0, [&] { log.push_back("a"); }));
+  std::optional<DeviceTurns::Ticket> b(turns.Enqueue(0, [&] { log.push_back("b"); }));
+  b->HandOver();  // Not its turn: nothing happens.
+  EXPECT_EQ(log, std::vector<std::string>{"a"});
+  a->HandOver();
+  a->HandOver();  // Once.
+  EXPECT_EQ(log, (std::vector<std::string>{"a", "b"}));
+  b->HandOver();
+  EXPECT_FALSE(turns.Held(0));
+  std::optional<DeviceTurns::Ticket> c(turns.Enqueue(0, [&] { log.push_back("c"); }));
+  EXPECT_EQ(log, (std::vector<std::string>{"a", "b", "c"}));
+  c->AskQuiet([&] { log.push_back("quiet c"); });
+  b.reset();
+  EXPECT_EQ(log.back(), "c");  // a has not left yet.
+  a.reset();
+  EXPECT_EQ(log.back(), "quiet c");
+}
+
+// A quiet its holder did not end (no 'd') ends when it hands over, as when
+// it leaves: the stages it paused continue.
+TEST(DeviceTurnsTest, HandingOverEndsTheHoldersQuiet) {
+  DeviceTurns turns;
+  std::vector<std::string> log;
+  FakeStage b_stage{&log, "b"};
+  std::optional<DeviceTurns::Ticket> a(turns.Enqueue(0, [] {}, true));
+  a->SetUpDone();
+  std::optional<DeviceTurns::Ticket> b(turns.Enqueue(0, [&] { log.push_back("turn b"); }, true,
+                                                     b_stage.Pauser()));
+  a->AskQuiet([&] { log.push_back("quiet a"); });
+  a->HandOver();
+  EXPECT_EQ(log, (std::vector<std::string>{"pause b", "quiet a", "turn b", "resume b"}));
+}
+
 }  // namespace
 }  // namespace kbox

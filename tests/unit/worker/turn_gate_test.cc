@@ -131,18 +131,20 @@ TEST_F(TurnGateTest, NotesReachTheCallbackInOrderUntilStopped) {
     std::lock_guard lock(mu);
     notes.clear();
   }
-  ASSERT_EQ(::write(writer, "r", 1), 1);  // A later 'r' moves nothing.
+  EXPECT_EQ(gate.done_with_device_ns(), 0);
+  ASSERT_EQ(::write(writer, "re", 2), 2);  // A later 'r' moves nothing; 'e' is timed.
   {
     std::unique_lock lock(mu);
-    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(10), [&] { return notes.size() == 1; }));
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(10), [&] { return notes.size() == 2; }));
   }
   EXPECT_EQ(gate.set_up_done_ns()->load(), set_up_done);
+  EXPECT_GE(gate.done_with_device_ns(), set_up_done);
   gate.StopNotes();
   ASSERT_EQ(::write(writer, "q", 1), 1);
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   {
     std::lock_guard lock(mu);
-    EXPECT_EQ(notes, "r");  // Nothing after StopNotes.
+    EXPECT_EQ(notes, "re");  // Nothing after StopNotes.
   }
   gate.StopNotes();  // Idempotent.
   ::close(writer);

@@ -276,11 +276,16 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
             self._device_memory_held(hog)
         finally:
             self.pipe.enter(HARNESS)
-            for fd in (self.turn_fd, self.notes_fd):
-                if fd is not None:
-                    os.close(fd)
-            self.turn_fd = self.notes_fd = None
+            if self.turn_fd is not None:
+                os.close(self.turn_fd)
+            self.turn_fd = None
+            t0 = timing.now_ms()
             self.child.close()
+            self._timed("close_candidate", t0)
+            self._hand_over_turn()
+            if self.notes_fd is not None:
+                os.close(self.notes_fd)
+            self.notes_fd = None
             self._take_findings(None)
             if self.exchange_dir:
                 shutil.rmtree(self.exchange_dir, ignore_errors=True)
@@ -439,6 +444,36 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         if self.notes_fd is not None:
             os.write(self.notes_fd, note)
 
+    def _hand_over_turn(self):
+        """b"e" to kboxd: this stage is done with the device, so the next
+        job's turn may start while this stage's processes exit; kboxd waits
+        for that exit before any holder's timing (docs/run-stages-ahead.md).
+        Sent only when the next job finds the device as if this stage had
+        ended, but for this judge's idle CUDA context:
+        - the candidate ended correct or incorrect: any other end (it failed,
+          a limit, kbox's own failure) may leave the device needing a probe
+          before the next job, so the turn waits for the stage's end;
+        - its process is reaped (its CUDA context destroyed) and could start
+          no other (the strict filter forbids fork, clone and execve);
+        - this judge's own device memory is given back (at most
+          _HAND_OVER_RESERVED_BYTES left in PyTorch's cache), so the next
+          job cannot run out of memory for want of this one's."""
+        if self.notes_fd is None or self.report.get("outcome") not in ("OK", "INCORRECT"):
+            return
+        if not self.spec.strict_seccomp_bpf or self.child.exit_status(wait=False) is None:
+            return
+        t0 = timing.now_ms()
+        self.ref_sample = None
+        self._pool = None
+        try:
+            if self.device.type == "cuda" and not _device_memory_given_back():
+                return
+            self._note(b"e")
+        except Exception:  # noqa: BLE001  (the turn then passes at the stage's end)
+            return
+        finally:
+            self._timed("hand_over", t0)
+
     def _timing_alone(self, measure):
         """Runs measure() with the device to this stage alone: no stage
         prepared ahead is starting CUDA on it meanwhile (kboxd answers the
@@ -480,6 +515,7 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
             self._note(b"r")
             self._await_turn()
 
+        t_turn = timing.now_ms()  # The device is this job's from here (or from the start).
         imported = self.ask(dict({"op": "import"}, **self._audit_roots()))
         self.phase_ms["import_candidate"] = float(imported.get("import_ms") or 0.0)
         if "compile_failed" in imported:
@@ -508,6 +544,9 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         self.ask({"op": "build", "init": init_file, "model_seed": model_seed})
         self._timed("build_models", t0)
 
+        # The device's share of this job's start: its turn (or its stage)
+        # until the first trial, the candidate's import and both models' build.
+        self._timed("turn_start", t_turn)
         t0 = timing.now_ms()
         first = None  # (input file, candidate output, atol) of trial 0
         try:
@@ -759,6 +798,20 @@ _FACTORIES_FOLLOW_DEVICE = hasattr(torch.device("cpu"), "__enter__")
 # How long a stage waits for the device to itself before timing: the set-up
 # of a stage prepared ahead (its CUDA start) takes seconds at most.
 _QUIET_WAIT_S = 120
+# What the judge may still hold in PyTorch's device cache when it hands the
+# turn over (_hand_over_turn): a small allocation or two, not the job's data.
+_HAND_OVER_RESERVED_BYTES = 64 << 20
+
+
+def _device_memory_given_back():
+    """Empties PyTorch's device cache (cuBLAS's workspaces too, where this
+    torch can): whether at most _HAND_OVER_RESERVED_BYTES stay reserved."""
+    torch.cuda.synchronize()
+    clear_cublas = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear_cublas is not None:
+        clear_cublas()
+    torch.cuda.empty_cache()
+    return torch.cuda.memory_reserved() <= _HAND_OVER_RESERVED_BYTES
 
 
 def _open_fifo(path, mode):
