@@ -132,6 +132,24 @@ def test_stage_phases_and_start_up_come_from_the_results():
     text = out.getvalue()
     assert "run stage's own phases" in text and "dynamic_probe" in text
     assert "per-job start-up on the device (run stage's fork_candidate + setup" in text
+    assert s["turn_start_ms"] is None and "turn_start" not in text
+
+
+def test_the_turns_share_of_start_up_is_reported_beside_the_set_up():
+    # Stages ahead: the set-up (here 1.5 s) ran before the turn; the device
+    # itself waited only for the turn's start (20 ms).
+    recs = [record("a", 0.0, 40.0, 9000.0, run_phases_ms={"fork_candidate": 100.0, "setup": 1400.0,
+                                                          "turn_start": 20.0})]
+    s = summarise(recs)
+    assert s["start_up_p50_ms"] == 1500.0 and s["turn_start_ms"] == (20.0, 20.0)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        bench.print_summary(s)
+    lines = out.getvalue().splitlines()
+    set_up = [line for line in lines if line.startswith("per-job start-up on the device (")]
+    turn = [line for line in lines if "on its device's turn (turn_start" in line]
+    assert set_up and "NOT met" in set_up[0]
+    assert turn and "p50 0.020 s" in turn[0] and "[target <= 0.5 s: met]" in turn[0]
 
 
 def test_start_up_is_not_measured_without_phases():
