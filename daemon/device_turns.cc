@@ -5,13 +5,20 @@
 namespace kbox {
 
 DeviceTurns::Ticket DeviceTurns::Enqueue(uint32_t device, Give give, bool sets_up, Pauser pauser) {
-  std::unique_lock lock(mu_);
-  auto& queue = queues_[device];
-  // A stage prepared ahead starts CUDA at once: not while the holder times.
-  if (sets_up) quiet_over_.wait(lock, [&] { return !QuietHeld(queue); });
-  const uint64_t id = next_id_++;
-  queue.push_back(Entry{id, std::move(give), sets_up, nullptr, false, std::move(pauser)});
-  if (queue.size() == 1) queue.front().give();
+  uint64_t id = 0;
+  {
+    std::unique_lock lock(mu_);
+    auto& queue = queues_[device];
+    // A stage prepared ahead starts CUDA at once: not while the holder times.
+    if (sets_up) quiet_over_.wait(lock, [&] { return !QuietHeld(queue); });
+    id = next_id_++;
+    queue.push_back(Entry{id, std::move(give), sets_up, nullptr, false, std::move(pauser)});
+    if (queue.size() == 1) queue.front().give();
+  }
+  // A quiet asked but not yet granted (waiting for a stage setting up, or
+  // for one that handed its turn over to leave): this stage is paused too
+  // rather than waited for.
+  if (sets_up) PauseForQuiet(device);
   return Ticket(this, device, id);
 }
 
@@ -55,21 +62,22 @@ void DeviceTurns::Leave(uint32_t device, uint64_t id) {
   {
     std::lock_guard lock(mu_);
     auto& queue = queues_[device];
+    const auto it = std::find_if(queue.begin(), queue.end(), [&](const Entry& e) { return e.id == id; });
     if (leaving_[device].erase(id) > 0) {
       GrantQuietIfClear(device);  // The last one leaving clears the way.
+    } else if (it != queue.end()) {
+      const bool held = it == queue.begin();
+      const bool had_quiet = it->quiet;
+      queue.erase(it);
+      // The holder's quiet ends with it (a new holder asks for its own).
+      if (held) resumes = TakePaused(queue);
+      if (held && !queue.empty()) queue.front().give();
+      // One setting up fewer, or a new holder that asked before its turn.
+      GrantQuietIfClear(device);
+      if (had_quiet) quiet_over_.notify_all();
+    } else {
       return;
     }
-    const auto it = std::find_if(queue.begin(), queue.end(), [&](const Entry& e) { return e.id == id; });
-    if (it == queue.end()) return;
-    const bool held = it == queue.begin();
-    const bool had_quiet = it->quiet;
-    queue.erase(it);
-    // The holder's quiet ends with it (a new holder asks for its own).
-    if (held) resumes = TakePaused(queue);
-    if (held && !queue.empty()) queue.front().give();
-    // One setting up fewer, or a new holder that asked before its turn.
-    GrantQuietIfClear(device);
-    if (had_quiet) quiet_over_.notify_all();
   }
   for (const auto& resume : resumes) resume();
   PauseForQuiet(device);

@@ -271,5 +271,26 @@ TEST(DeviceTurnsTest, HandingOverEndsTheHoldersQuiet) {
   EXPECT_EQ(log, (std::vector<std::string>{"pause b", "quiet a", "turn b", "resume b"}));
 }
 
+// A stage that queues while the holder's quiet is asked but not granted
+// (here: the stage that handed its turn over is still leaving) is paused
+// like those already queued, not waited for.
+TEST(DeviceTurnsTest, AStageQueuedWhileTheQuietWaitsIsPausedToo) {
+  DeviceTurns turns;
+  std::vector<std::string> log;
+  FakeStage c_stage{&log, "c"};
+  std::optional<DeviceTurns::Ticket> a(turns.Enqueue(0, [] {}, true));
+  a->SetUpDone();
+  std::optional<DeviceTurns::Ticket> b(turns.Enqueue(0, [] {}, true));
+  b->SetUpDone();
+  a->HandOver();
+  b->AskQuiet([&] { log.push_back("quiet b"); });
+  std::optional<DeviceTurns::Ticket> c(turns.Enqueue(0, [] {}, true, c_stage.Pauser()));
+  EXPECT_EQ(log, std::vector<std::string>{"pause c"});
+  a.reset();
+  EXPECT_EQ(log, (std::vector<std::string>{"pause c", "quiet b"}));
+  b->EndQuiet();
+  EXPECT_EQ(log, (std::vector<std::string>{"pause c", "quiet b", "resume c"}));
+}
+
 }  // namespace
 }  // namespace kbox
