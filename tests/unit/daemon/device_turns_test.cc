@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <optional>
+#include <utility>
 #include <thread>
 #include <chrono>
 #include <atomic>
@@ -11,6 +12,13 @@
 
 namespace kbox {
 namespace {
+
+// A stage prepared ahead of its turn on device 0, its set-up over.
+DeviceTurns::Ticket ReadyStage(DeviceTurns& turns, DeviceTurns::Give give = [] {}) {
+  DeviceTurns::Ticket ticket = turns.Enqueue(0, std::move(give), true);
+  ticket.SetUpDone();
+  return ticket;
+}
 
 TEST(DeviceTurnsTest, FreeDeviceGivesTheTurnAtOnce) {
   DeviceTurns turns;
@@ -69,8 +77,7 @@ TEST(DeviceTurnsTest, DevicesAreIndependent) {
 TEST(DeviceTurnsTest, QuietWaitsForStagesSettingUp) {
   DeviceTurns turns;
   std::vector<std::string> log;
-  std::optional<DeviceTurns::Ticket> a(turns.Enqueue(0, [&] { log.push_back("a"); }, true));
-  a->SetUpDone();
+  std::optional<DeviceTurns::Ticket> a(ReadyStage(turns, [&] { log.push_back("a"); }));
   std::optional<DeviceTurns::Ticket> b(turns.Enqueue(0, [&] { log.push_back("b"); }, true));
   std::optional<DeviceTurns::Ticket> c(turns.Enqueue(0, [&] { log.push_back("c"); }, true));
   a->AskQuiet([&] { log.push_back("quiet a"); });
@@ -96,8 +103,7 @@ TEST(DeviceTurnsTest, QuietAskedBeforeTheTurnWaitsForIt) {
   DeviceTurns turns;
   std::vector<std::string> log;
   std::optional<DeviceTurns::Ticket> a(turns.Enqueue(0, [&] { log.push_back("a"); }));
-  std::optional<DeviceTurns::Ticket> b(turns.Enqueue(0, [&] { log.push_back("b"); }, true));
-  b->SetUpDone();
+  std::optional<DeviceTurns::Ticket> b(ReadyStage(turns, [&] { log.push_back("b"); }));
   b->AskQuiet([&] { log.push_back("quiet b"); });
   EXPECT_EQ(log, std::vector<std::string>{"a"});
   a.reset();
@@ -106,8 +112,7 @@ TEST(DeviceTurnsTest, QuietAskedBeforeTheTurnWaitsForIt) {
 
 TEST(DeviceTurnsTest, NoStageAheadStartsWhileTheHolderHasItsQuiet) {
   DeviceTurns turns;
-  std::optional<DeviceTurns::Ticket> a(turns.Enqueue(0, [] {}, true));
-  a->SetUpDone();
+  std::optional<DeviceTurns::Ticket> a(ReadyStage(turns));
   a->AskQuiet([] {});
   std::atomic<bool> entered{false};
   std::thread ahead([&] {
@@ -125,8 +130,7 @@ TEST(DeviceTurnsTest, NoStageAheadStartsWhileTheHolderHasItsQuiet) {
 
 TEST(DeviceTurnsTest, TheHolderLeavingEndsItsQuiet) {
   DeviceTurns turns;
-  std::optional<DeviceTurns::Ticket> a(turns.Enqueue(0, [] {}, true));
-  a->SetUpDone();
+  std::optional<DeviceTurns::Ticket> a(ReadyStage(turns));
   a->AskQuiet([] {});
   std::thread ahead([&] { const auto b = turns.Enqueue(0, [] {}, true); });
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -154,8 +158,7 @@ TEST(DeviceTurnsTest, QuietPausesStagesSettingUpAndResumesThemAfter) {
   DeviceTurns turns;
   std::vector<std::string> log;
   FakeStage b_stage{&log, "b"}, c_stage{&log, "c"};
-  std::optional<DeviceTurns::Ticket> a(turns.Enqueue(0, [] {}, true));
-  a->SetUpDone();
+  std::optional<DeviceTurns::Ticket> a(ReadyStage(turns));
   std::optional<DeviceTurns::Ticket> b(turns.Enqueue(0, [] {}, true, b_stage.Pauser()));
   std::optional<DeviceTurns::Ticket> c(turns.Enqueue(0, [] {}, true, c_stage.Pauser()));
   c->SetUpDone();  // Done setting up: left alone.
@@ -171,8 +174,7 @@ TEST(DeviceTurnsTest, AStageThatDoesNotStopIsWaitedFor) {
   DeviceTurns turns;
   std::vector<std::string> log;
   FakeStage b_stage{&log, "b", /*stops=*/false};
-  std::optional<DeviceTurns::Ticket> a(turns.Enqueue(0, [] {}, true));
-  a->SetUpDone();
+  std::optional<DeviceTurns::Ticket> a(ReadyStage(turns));
   std::optional<DeviceTurns::Ticket> b(turns.Enqueue(0, [] {}, true, b_stage.Pauser()));
   a->AskQuiet([&] { log.push_back("quiet a"); });
   EXPECT_EQ(log, std::vector<std::string>{"pause b"});  // Tried once, not again.
@@ -186,8 +188,7 @@ TEST(DeviceTurnsTest, TheHolderLeavingResumesWhatItsQuietPaused) {
   DeviceTurns turns;
   std::vector<std::string> log;
   FakeStage b_stage{&log, "b"}, c_stage{&log, "c"};
-  std::optional<DeviceTurns::Ticket> a(turns.Enqueue(0, [] {}, true));
-  a->SetUpDone();
+  std::optional<DeviceTurns::Ticket> a(ReadyStage(turns));
   std::optional<DeviceTurns::Ticket> b(turns.Enqueue(0, [] {}, true, b_stage.Pauser()));
   std::optional<DeviceTurns::Ticket> c(turns.Enqueue(0, [] {}, true, c_stage.Pauser()));
   a->AskQuiet([&] { log.push_back("quiet a"); });
@@ -201,10 +202,8 @@ TEST(DeviceTurnsTest, AQuietAskedBeforeTheTurnPausesWhenTheTurnComes) {
   DeviceTurns turns;
   std::vector<std::string> log;
   FakeStage c_stage{&log, "c"};
-  std::optional<DeviceTurns::Ticket> a(turns.Enqueue(0, [] {}, true));
-  a->SetUpDone();
-  std::optional<DeviceTurns::Ticket> b(turns.Enqueue(0, [] {}, true));
-  b->SetUpDone();
+  std::optional<DeviceTurns::Ticket> a(ReadyStage(turns));
+  std::optional<DeviceTurns::Ticket> b(ReadyStage(turns));
   b->AskQuiet([&] { log.push_back("quiet b"); });
   std::optional<DeviceTurns::Ticket> c(turns.Enqueue(0, [] {}, true, c_stage.Pauser()));
   EXPECT_TRUE(log.empty());
@@ -218,10 +217,8 @@ TEST(DeviceTurnsTest, AQuietAskedBeforeTheTurnPausesWhenTheTurnComes) {
 TEST(DeviceTurnsTest, HandingOverGivesTheTurnAndHoldsBackTheNextQuiet) {
   DeviceTurns turns;
   std::vector<std::string> log;
-  std::optional<DeviceTurns::Ticket> a(turns.Enqueue(0, [&] { log.push_back("a"); }, true));
-  a->SetUpDone();
-  std::optional<DeviceTurns::Ticket> b(turns.Enqueue(0, [&] { log.push_back("b"); }, true));
-  b->SetUpDone();
+  std::optional<DeviceTurns::Ticket> a(ReadyStage(turns, [&] { log.push_back("a"); }));
+  std::optional<DeviceTurns::Ticket> b(ReadyStage(turns, [&] { log.push_back("b"); }));
   a->HandOver();
   EXPECT_EQ(log, (std::vector<std::string>{"a", "b"}));
   EXPECT_FALSE(a->holds());
@@ -262,8 +259,7 @@ TEST(DeviceTurnsTest, HandingOverEndsTheHoldersQuiet) {
   DeviceTurns turns;
   std::vector<std::string> log;
   FakeStage b_stage{&log, "b"};
-  std::optional<DeviceTurns::Ticket> a(turns.Enqueue(0, [] {}, true));
-  a->SetUpDone();
+  std::optional<DeviceTurns::Ticket> a(ReadyStage(turns));
   std::optional<DeviceTurns::Ticket> b(turns.Enqueue(0, [&] { log.push_back("turn b"); }, true,
                                                      b_stage.Pauser()));
   a->AskQuiet([&] { log.push_back("quiet a"); });
@@ -278,10 +274,8 @@ TEST(DeviceTurnsTest, AStageQueuedWhileTheQuietWaitsIsPausedToo) {
   DeviceTurns turns;
   std::vector<std::string> log;
   FakeStage c_stage{&log, "c"};
-  std::optional<DeviceTurns::Ticket> a(turns.Enqueue(0, [] {}, true));
-  a->SetUpDone();
-  std::optional<DeviceTurns::Ticket> b(turns.Enqueue(0, [] {}, true));
-  b->SetUpDone();
+  std::optional<DeviceTurns::Ticket> a(ReadyStage(turns));
+  std::optional<DeviceTurns::Ticket> b(ReadyStage(turns));
   a->HandOver();
   b->AskQuiet([&] { log.push_back("quiet b"); });
   std::optional<DeviceTurns::Ticket> c(turns.Enqueue(0, [] {}, true, c_stage.Pauser()));
