@@ -67,6 +67,7 @@ boost::system::result<v1::DaemonConfig, FieldError> ApplyConfigDefaults(v1::Daem
   if (!c.has_run_stages_ahead()) c.set_run_stages_ahead(1);
   if (!c.has_pause_set_ups_for_quiet()) c.set_pause_set_ups_for_quiet(true);
   if (!c.has_hand_over_turn()) c.set_hand_over_turn(true);
+  if (!c.has_exchange_arena_mib()) c.set_exchange_arena_mib(1024);
   if (c.compile_time_limit_s() == 0) c.set_compile_time_limit_s(300);
   if (c.default_time_limit_s() == 0) c.set_default_time_limit_s(120);
   if (c.max_time_limit_s() == 0) c.set_max_time_limit_s(900);
@@ -132,6 +133,9 @@ boost::system::result<v1::DaemonConfig, FieldError> ApplyConfigDefaults(v1::Daem
     return FieldError{"run_stage_cpu_weight", "must be at most 10000 (0: the default weight)"};
   }
   if (c.job_memory_bytes() < 256 * kMiB) return FieldError{"job_memory_bytes", "must be at least 256 MiB"};
+  if (c.exchange_arena_mib() > 65'536) {
+    return FieldError{"exchange_arena_mib", "must be at most 65536 (64 GiB; 0: files only)"};
+  }
   for (const auto& path : c.sandbox_ro_paths()) {
     if (path.empty() || path.front() != '/') {
       return FieldError{"sandbox_ro_paths", "must be absolute paths, got '" + path + "'"};
@@ -173,6 +177,7 @@ boost::system::result<CommandLine, FieldError> ParseCommandLine(int argc,
   std::string api_tokens_file, tls_cert_file, tls_key_file, job_store_dir;
   unsigned cpu_slots = 0, compile_workers = 0, max_in_flight = 0;
   std::optional<unsigned> stages_ahead;
+  std::optional<unsigned> arena_mib;
   unsigned run_cpu_weight = 0;
   std::vector<unsigned> gpus;
   std::vector<std::string> backends;
@@ -215,6 +220,9 @@ boost::system::result<CommandLine, FieldError> ParseCommandLine(int argc,
       "no-turn-hand-over",
       "a device's turn passes to the next run stage only once the holder's stage has exited, "
       "not when its candidate's process is gone (docs/run-stages-ahead.md)")(
+      "exchange-arena-mib", po::value<unsigned>()->notifier([&](unsigned n) { arena_mib = n; }),
+      "MiB of shared memory per run stage that the candidate's outputs cross to the judge "
+      "instead of files; 0: files only (docs/exchange-arena.md)")(
       "run-stage-cpu-weight", po::value(&run_cpu_weight),
       "cpu.weight of run stages' cgroups, compile stages' being 100 (cgroup v2 with the cpu "
       "controller); default 0: 100, as compiles")(
@@ -290,6 +298,7 @@ boost::system::result<CommandLine, FieldError> ParseCommandLine(int argc,
   if (vm.count("no-cuda-per-operator-headers")) c.set_cuda_per_operator_headers(false);
   if (cpu_slots) c.set_cpu_run_slots(cpu_slots);
   if (stages_ahead) c.set_run_stages_ahead(*stages_ahead);
+  if (arena_mib) c.set_exchange_arena_mib(*arena_mib);
   if (run_cpu_weight) c.set_run_stage_cpu_weight(run_cpu_weight);
   if (compile_workers) c.set_compile_workers(compile_workers);
   if (max_in_flight) c.set_max_in_flight_jobs(max_in_flight);

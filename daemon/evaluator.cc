@@ -289,6 +289,7 @@ v1::StageSpec Evaluator::MakeSpec(const JobWorkspace& ws, const v1::EffectiveSet
     spec.set_pch_dir(pch_->dir());  // Empty until its start-up build is done.
   }
   if (stage == v1::STAGE_RUN) {
+    spec.set_exchange_arena_bytes(uint64_t{config_.exchange_arena_mib()} << 20);
     // The harness checks that one of them launched (run.kernel-not-launched).
     for (const std::string& name : candidate_kernels) spec.add_candidate_kernels(name);
     if (!sandbox_.launch_probe_library.empty() && s.backend() != v1::BACKEND_CPU) {

@@ -198,3 +198,29 @@ def test_preloaded_dispatch_tracing_imports_nothing_at_first_use():
                           stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=harness))
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_a_candidate_scribbling_on_the_exchange_arena_fails_its_trials_not_kbox(tmp_path):
+    # The arena is shared with the candidate's process, which can write it
+    # while the judge reads: the judge copies the bytes it checks, so the
+    # worst a scribbler gets is outputs that do not parse or do not match.
+    # (The overwrite races the judge's read: eight trials, so that the
+    # chance of every read beating the scribbler is nil.)
+    report = _check(_run(tmp_path, "cand_dyn_arena_scribbler.py", measure_performance=False,
+                         correctness_trials=8), "INCORRECT")
+    assert report["arena_outputs"] >= 1
+    assert any("could not be read" in t.get("failure", "") for t in report["trials"]), report["trials"]
+
+
+def test_a_candidate_scribbling_on_its_inputs_arena_fails_itself(tmp_path):
+    # The inputs' arena is read by the candidate's process alone: spoiling it
+    # spoils the candidate's own inputs (a malformed file: its failure).
+    job = Job(tmp_path, "cand_dyn_arena_scribbler.py")
+    path = os.path.join(job.root, "candidate.py")
+    with open(path) as f:
+        text = f.read().replace('TARGET = "kbox-exchange-outputs"', 'TARGET = "kbox-exchange-inputs"')
+    with open(path, "w") as f:
+        f.write(text)
+    report = job.run("STAGE_RUN", measure_performance=False).report
+    assert report["outcome"] in ("CANDIDATE_FAILED", "INCORRECT"), report
+    assert not any(t["passed"] for t in report.get("trials", [])), report

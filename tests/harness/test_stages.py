@@ -60,6 +60,8 @@ class Job(object):
             "performance_trials": 5,
             "warmup_calls": 2,
             "max_log_bytes": 16384,
+            # kboxd's default: the candidate's outputs cross shared memory.
+            "exchange_arena_bytes": str(1 << 30),
         }
         spec.update(overrides)
         spec = {k: v for k, v in spec.items() if v is not None}  # absent = default

@@ -5,6 +5,7 @@ process found unchanged not travelling back to the judge."""
 import os
 import sys
 
+import pytest
 import torch
 
 from test_stages import Job, _check
@@ -103,6 +104,9 @@ def test_the_candidates_window_is_announced_as_the_candidates(tmp_path):
 
 def test_honest_trials_report_their_steps(tmp_path):
     report = _check(_job(tmp_path).run("STAGE_RUN"), "OK")
+    # Every output crossed the arena: 3 trials, the second look, the
+    # timing's spot checks.
+    assert report["arena_outputs"] >= 5 and "file_outputs" not in report, report
     phases = report["phase_ms"]
     assert len(report["trials"]) == 3 and all(t["passed"] for t in report["trials"])
     for step in ("reference", "write", "candidate", "read", "compare"):
@@ -112,12 +116,16 @@ def test_honest_trials_report_their_steps(tmp_path):
     assert phases["degenerate_checks"] >= 0 and phases["draws"] > 0
 
 
-def test_inputs_changed_by_forward_still_travel_back(tmp_path):
+@pytest.mark.parametrize("arena_bytes", [str(1 << 30), None], ids=["arena", "files"])
+def test_inputs_changed_by_forward_still_travel_back(tmp_path, arena_bytes):
     # cand_dyn_mutates writes into its input: the copy taken before forward
     # differs, so the inputs go back and the judge flags the mutation.
-    report = _check(_job(tmp_path, "cand_dyn_mutates.py").run("STAGE_RUN"), "INCORRECT")
+    job = _job(tmp_path, "cand_dyn_mutates.py")
+    report = _check(job.run("STAGE_RUN", exchange_arena_bytes=arena_bytes), "INCORRECT")
     assert any(v["rule_id"] == "run.input-mutation" for v in report["verdicts"])
     assert "changed its inputs" in report["trials"][0]["failure"]
+    assert ("arena_outputs" in report) == (arena_bytes is not None), report
+    assert ("file_outputs" in report) == (arena_bytes is None), report
 
 
 def test_inputs_are_copied_only_up_to_the_limit(monkeypatch):
@@ -136,6 +144,8 @@ class _Stage(object):
         from kbox_harness import dynamic_checks
         self.findings = dynamic_checks.Findings()
         self.device = torch.device("cpu")
+        self.arena = None
+        self.outputs_via = {"arena_outputs": 0, "file_outputs": 0}
 
     read_candidate = run_stage.RunStage.read_candidate
 

@@ -189,6 +189,23 @@ TEST(ConfigLoaderTest, HandingTheTurnOverIsOnUnlessTurnedOff) {
   EXPECT_FALSE(config->hand_over_turn());
 }
 
+// 1 GiB unless set; 0 (files only) is kept, not replaced by the default.
+TEST(ConfigLoaderTest, ExchangeArenaIsOneGibUnlessSet) {
+  auto config = ApplyConfigDefaults(v1::DaemonConfig(), 4);
+  ASSERT_TRUE(config);
+  EXPECT_EQ(config->exchange_arena_mib(), 1024u);
+  const auto off = Parse({"--exchange-arena-mib", "0"});
+  ASSERT_TRUE(off) << off.error().message;
+  config = ApplyConfigDefaults(off->config, 4);
+  ASSERT_TRUE(config);
+  EXPECT_EQ(config->exchange_arena_mib(), 0u);
+  const auto parsed = ParseConfigText("exchange_arena_mib: 256\n");
+  ASSERT_TRUE(parsed) << parsed.error().message;
+  config = ApplyConfigDefaults(*parsed, 4);
+  ASSERT_TRUE(config);
+  EXPECT_EQ(config->exchange_arena_mib(), 256u);
+}
+
 TEST(ConfigLoaderTest, ZeroCoresMeansOneCompileWorker) {
   const auto config = ApplyConfigDefaults(v1::DaemonConfig(), 0);
   ASSERT_TRUE(config);
@@ -267,6 +284,7 @@ TEST(ConfigLoaderTest, RejectsOutOfBoundsCounts) {
       {&v1::DaemonConfig::set_infra_retries, 4, "infra_retries"},
       {&v1::DaemonConfig::set_run_stages_ahead, 4, "run_stages_ahead"},
       {&v1::DaemonConfig::set_run_stage_cpu_weight, 10'001, "run_stage_cpu_weight"},
+      {&v1::DaemonConfig::set_exchange_arena_mib, 65'537, "exchange_arena_mib"},
       {&v1::DaemonConfig::set_reference_cache_max_entries, 1'000'001, "reference_cache_max_entries"},
       {&v1::DaemonConfig::set_reference_cache_ttl_s, 30 * 86400 + 1, "reference_cache_ttl_s"},
   };

@@ -51,8 +51,10 @@ class _SilentPipe(object):
 
 
 class Worker(object):
-    def __init__(self, cmd_fd, reply_fd, audit_fd):
+    def __init__(self, cmd_fd, reply_fd, audit_fd, arena=None, in_arena=None):
         self.reader = channel.LineReader(cmd_fd)
+        self.arena = arena  # exchange.Arena for outputs, or None: files
+        self.in_arena = in_arena  # the judge's inputs, likewise
         self.reply_fd = reply_fd
         self.audit_fd = audit_fd
         self.findings = dynamic_checks.Findings()
@@ -234,6 +236,13 @@ class Worker(object):
         # buffer on the CPU).
         return list(inputs.clone(exchange.load(path, device=self.device)))
 
+    def _cmd_inputs(self, cmd):
+        """The inputs a command names: in the input arena (each tensor is
+        already a copy of its own there) or in a file."""
+        if "inputs_arena" in cmd and self.in_arena is not None:
+            return exchange.load_from_arena(self.in_arena, cmd["inputs_arena"], device=self.device)
+        return self._load_inputs(cmd["inputs"])
+
     def _contract(self, out, x):
         """(why the output breaks the contract or None, per-output alias flags).
         Looks at types before anything touches the output: a subclass may run
@@ -259,17 +268,27 @@ class Worker(object):
         broken, aliases = self._contract(out, x)
         if broken:
             return {"contract": broken}
-        exchange.save(path, {"out": out, "inputs": x} if with_inputs else {"out": out})
+        reply = self._write_output(path, {"out": out, "inputs": x} if with_inputs else {"out": out})
         keep = list(dynamic_checks.tensors(x))
         if isinstance(self.model, torch.nn.Module):
             keep += list(self.model.parameters()) + list(self.model.buffers())
         # A memoised copy the candidate kept is useless from now on.
         dynamic_checks.poison(out, keep)
-        return {"aliases": aliases}
+        return dict(reply, aliases=aliases)
+
+    def _write_output(self, path, obj):
+        """{"arena_bytes": n} when obj went into the arena; else it goes to
+        the file at path, and {}."""
+        if self.arena is not None:
+            n = exchange.save_to_arena(self.arena, obj)
+            if n is not None:
+                return {"arena_bytes": n}
+        exchange.save(path, obj)
+        return {}
 
     def op_forward(self, cmd):
         t0 = timing.now_ms()
-        x = self._load_inputs(cmd["inputs"])
+        x = list(self._cmd_inputs(cmd))
         kept = _copy_if_small(x)
         t1 = timing.now_ms()
         before = dynamic_checks.thread_snapshot()
@@ -297,7 +316,7 @@ class Worker(object):
         probe: which library ops ran and which kernels launched. The probe
         is CUPTI's callback API (launch_probe) when the judge names its
         library, else torch.profiler; the reply's "probe" says which."""
-        x = self._load_inputs(cmd["inputs"])
+        x = list(self._cmd_inputs(cmd))
         fallback = None
         if self.device.type == "cuda" and cmd.get("kernels") and cmd.get("launch_probe"):
             probe = self.launch_probe
@@ -350,7 +369,10 @@ class Worker(object):
 
     # -- timing ---------------------------------------------------------------------
     def op_pool(self, cmd):
-        self.pool = [self._load_inputs(p) for p in cmd["paths"]]
+        if "inputs_arena" in cmd:
+            self.pool = [list(x) for x in self._cmd_inputs(cmd)]
+        else:
+            self.pool = [self._load_inputs(p) for p in cmd["paths"]]
         return {}
 
     def op_prep(self, cmd):
@@ -429,7 +451,7 @@ def _die_with_parent():
         pass
 
 
-def child_main(cmd_fd, reply_fd, audit_fd, close_fds):
+def child_main(cmd_fd, reply_fd, audit_fd, close_fds, arena=None, in_arena=None):
     """Entry point after fork; never returns."""
     try:
         for fd in close_fds:
@@ -439,7 +461,7 @@ def child_main(cmd_fd, reply_fd, audit_fd, close_fds):
                 pass
         _die_with_parent()
         os.set_blocking(audit_fd, False)
-        Worker(cmd_fd, reply_fd, audit_fd).serve()
+        Worker(cmd_fd, reply_fd, audit_fd, arena, in_arena).serve()
     except BaseException:
         pass
     os._exit(0)
@@ -448,7 +470,10 @@ def child_main(cmd_fd, reply_fd, audit_fd, close_fds):
 class CandidateProcess(object):
     """The judge's handle on the candidate's process."""
 
-    def __init__(self, result_fd):
+    def __init__(self, result_fd, arena=None, in_arena=None):
+        """arena, in_arena: the judge's exchange.Arenas; the forked process
+        shares their mappings, writes its outputs to arena and reads the
+        judge's inputs from in_arena."""
         cmd_r, cmd_w = os.pipe()
         reply_r, reply_w = os.pipe()
         audit_r, audit_w = os.pipe()
@@ -457,7 +482,10 @@ class CandidateProcess(object):
         pid = os.fork()
         if pid == 0:
             # Only this thread survives fork; nothing else of the judge runs here.
-            child_main(cmd_r, reply_w, audit_w, (cmd_w, reply_r, audit_r, result_fd))
+            # The arena's mapping is inherited; its descriptor is not needed.
+            close = (cmd_w, reply_r, audit_r, result_fd) + tuple(
+                a.fd for a in (arena, in_arena) if a is not None)
+            child_main(cmd_r, reply_w, audit_w, close, arena, in_arena)
         os.close(cmd_r)
         os.close(reply_w)
         os.close(audit_w)

@@ -26,7 +26,9 @@ to cuda 0.10-0.12 s. save() writes straight from the tensor's memory; load()
 is one read into a bytearray and torch.frombuffer views of it (no second
 copy, no per-element Python work).
 """
+import fcntl
 import json
+import mmap
 import os
 import stat
 import struct
@@ -132,7 +134,8 @@ def _to_host(t):
     return t.to("cpu")
 
 
-def _cpu_dense(t):
+def _dense(t):
+    """t's values as a dense contiguous tensor on its device."""
     t = t.detach()
     if t.layout != torch.strided or t.is_quantized or t.device.type == "meta":
         raise TypeError("exchange: only dense tensors with data can be stored (got %s, %s)"
@@ -144,7 +147,11 @@ def _cpu_dense(t):
     for resolve in ("resolve_conj", "resolve_neg"):
         if hasattr(t, resolve):
             t = getattr(t, resolve)()
-    return _to_host(t).contiguous()
+    return t.contiguous()
+
+
+def _cpu_dense(t):
+    return _to_host(_dense(t)).contiguous()
 
 
 def _write_tensor(f, t, storage_dtype):
@@ -205,6 +212,131 @@ def save(path, obj):
         except OSError:
             pass
         raise
+
+
+# ---------------------------------------------------------------- the arena
+
+class Arena(object):
+    """Shared memory for outputs that the candidate's process writes and the
+    judge reads, in save()'s layout, without a file: one output at a time,
+    at offset 0 (docs/exchange-arena.md).
+
+    Through a file each output was copied three times on the host (into
+    pinned memory, into tmpfs, out of it) and its tmpfs pages allocated and
+    freed; here the writer copies a GPU tensor straight into the arena and
+    the judge copies it straight to its device: with the arena pinned in
+    both processes (cudaHostRegister) both are DMA.
+
+    The judge makes it (create) before it forks the candidate's process,
+    which inherits the descriptor: a sealed memfd whose size neither side
+    can change, so a mapping can never lose its pages under the judge (a
+    truncated file would be a SIGBUS). The candidate's process can write the
+    arena at any time; the judge therefore copies what it checks and uses
+    (load_from_arena): whatever a concurrent write does, the judge judges
+    one set of bytes, which the candidate could have written anyway."""
+
+    def __init__(self, fd, capacity):
+        self.fd = fd
+        self.capacity = capacity
+        self._map = mmap.mmap(fd, capacity, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        self.bytes = torch.frombuffer(self._map, dtype=torch.uint8)  # a view: no copy
+        self._pinned = 0
+        self._pin_failed = False
+
+    @classmethod
+    def create(cls, capacity, name="kbox-exchange"):
+        fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        try:
+            os.ftruncate(fd, capacity)
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS,
+                        fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+            return cls(fd, capacity)
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def pin(self, nbytes):
+        """Page-locks the first nbytes (rounded up to a power of two, at
+        least 1 MiB) for the GPU's DMA, once per size in each process; no-op
+        without CUDA, over PINNED_MAX_BYTES (as for files: locked memory
+        stays locked until the stage ends) or once pinning failed (copies
+        then go through the driver's staging buffer: slower, the same
+        bytes)."""
+        if nbytes <= self._pinned or nbytes > PINNED_MAX_BYTES or self._pin_failed or \
+                not torch.cuda.is_available():
+            return
+        size = 1 << 20
+        while size < nbytes:
+            size <<= 1
+        size = min(size, self.capacity)
+        try:
+            cudart = torch.cuda.cudart()
+            ptr = self.bytes.data_ptr()
+            if self._pinned:
+                cudart.cudaHostUnregister(ptr)
+                self._pinned = 0
+            if int(cudart.cudaHostRegister(ptr, size, 0)) != 0:
+                self._pin_failed = True
+                return
+            self._pinned = size
+        except (AttributeError, RuntimeError, TypeError):
+            self._pin_failed = True
+
+
+def save_to_arena(arena, obj):
+    """Writes obj into the arena in save()'s layout; its size in bytes, or
+    None when it does not fit (nothing written: the caller uses a file)."""
+    tensors = []
+    tree = _encode(obj, tensors, 0)
+    # Dense and contiguous where they are: a GPU tensor goes to the arena
+    # in one copy, not through host memory first.
+    tensors = [_dense(t) for t in tensors]
+    entries, offset = [], 0
+    for t in tensors:
+        nbytes = t.numel() * t.element_size()
+        entries.append({"dtype": _NAMES[t.dtype], "shape": list(t.shape),
+                        "offset": offset, "nbytes": nbytes})
+        offset = _align(offset + nbytes)
+    header = json.dumps({"tree": tree, "tensors": entries}, allow_nan=False,
+                        separators=(",", ":")).encode("utf-8")
+    if len(header) > MAX_HEADER_BYTES:
+        raise ValueError("exchange: header of %d bytes exceeds %d"
+                         % (len(header), MAX_HEADER_BYTES))
+    data_start = _align(_PREFIX.size + len(header))
+    size = data_start
+    if entries:
+        size += entries[-1]["offset"] + entries[-1]["nbytes"]
+    if size > arena.capacity:
+        return None
+    arena.pin(size)
+    head = _PREFIX.pack(MAGIC, len(header)) + header
+    arena._map[0:data_start] = head + b"\0" * (data_start - len(head))
+    for t, e in zip(tensors, entries):
+        if not e["nbytes"]:
+            continue
+        storage_dtype = _DTYPES[e["dtype"]][1]
+        start = data_start + e["offset"]
+        dst = arena.bytes[start:start + e["nbytes"]].view(storage_dtype)
+        src = t.reshape(-1)
+        if src.dtype != storage_dtype:
+            src = src.view(storage_dtype)
+        dst.copy_(src)
+    return size
+
+
+def load_from_arena(arena, nbytes, device=None, max_bytes=DEFAULT_MAX_BYTES):
+    """The object save_to_arena wrote, nbytes long (as the writer reports
+    it: checked like everything else). Tensors are copies, on `device` or
+    the CPU, that the writer can no longer change."""
+    if not _is_size(nbytes) or nbytes > arena.capacity:
+        raise FormatError("arena output of %s bytes, the arena holds %d"
+                          % (_short(nbytes), arena.capacity))
+    if nbytes > max_bytes:
+        raise FormatError("output is %d bytes, over the limit of %d" % (nbytes, max_bytes))
+    if device is not None and torch.device(device).type == "cuda":
+        arena.pin(nbytes)
+    header, data_start = _layout(lambda lo, hi: bytes(arena._map[lo:hi]), nbytes, "arena output")
+    return _build(header, data_start, arena.bytes, device, private=False)
 
 
 # ---------------------------------------------------------------- reading
@@ -390,36 +522,58 @@ def load(path, device=None, max_bytes=DEFAULT_MAX_BYTES):
     they cannot be resized); with device set they are copied there."""
     to_gpu = device is not None and torch.device(device).type == "cuda"
     buf, base = _read_file(path, max_bytes, pinned=to_gpu)
-    if len(buf) < _PREFIX.size:
-        raise FormatError("file is %d bytes, shorter than the %d-byte prefix"
-                          % (len(buf), _PREFIX.size))
-    magic, hlen = _PREFIX.unpack_from(buf, 0)
+    header, data_start = _layout(lambda lo, hi: bytes(buf[lo:hi]), len(buf), "file")
+    if base is None and any(e["nbytes"] for e in header["tensors"]):
+        base = torch.frombuffer(buf, dtype=torch.uint8)  # a view: no copy
+    return _build(header, data_start, base, device, private=True)
+
+
+def _layout(read, size, what):
+    """(header, data section's start) of `size` bytes in save()'s layout,
+    every field checked. read(lo, hi) gives bytes [lo, hi) as a private
+    copy: what the checks see is what the caller then uses, even where the
+    writer can still change the bytes (the arena)."""
+    if size < _PREFIX.size:
+        raise FormatError("%s is %d bytes, shorter than the %d-byte prefix"
+                          % (what, size, _PREFIX.size))
+    magic, hlen = _PREFIX.unpack(read(0, _PREFIX.size))
     if magic != MAGIC:
         raise FormatError("bad magic %r" % bytes(magic))
     if hlen > MAX_HEADER_BYTES:
         raise FormatError("header length %d exceeds %d" % (hlen, MAX_HEADER_BYTES))
-    if _PREFIX.size + hlen > len(buf):
-        raise FormatError("header of %d bytes is truncated (file is %d bytes)" % (hlen, len(buf)))
-    header = _parse_header(bytes(buf[_PREFIX.size:_PREFIX.size + hlen]))
+    if _PREFIX.size + hlen > size:
+        raise FormatError("header of %d bytes is truncated (%s is %d bytes)" % (hlen, what, size))
+    header = _parse_header(read(_PREFIX.size, _PREFIX.size + hlen))
     data_start = _align(_PREFIX.size + hlen)
-    if data_start > len(buf):
-        raise FormatError("file ends inside the header padding")
-    data_len = len(buf) - data_start
+    if data_start > size:
+        raise FormatError("%s ends inside the header padding" % what)
+    data_len = size - data_start
     entries = header["tensors"]
     for i, e in enumerate(entries):
         _check_entry(i, e, data_len)
     _check_layout(entries, data_len)
+    return header, data_start
 
-    if base is None and any(e["nbytes"] for e in entries):
-        base = torch.frombuffer(buf, dtype=torch.uint8)  # a view: no copy
+
+def _build(header, data_start, base, device, private):
+    """The object the checked header describes, its tensors over `base` (a
+    uint8 tensor of the whole buffer). private=False: base is memory another
+    process can still write (the arena), so every tensor is copied out
+    before anything looks at its values."""
     tensors = []
-    for i, e in enumerate(entries):
+    for i, e in enumerate(header["tensors"]):
         dtype, storage_dtype = _DTYPES[e["dtype"]]
         start = data_start + e["offset"]
         if e["nbytes"] == 0:
             t = torch.empty(e["shape"], dtype=dtype)
+            if device is not None:
+                t = t.to(device)
         else:
             raw = base[start:start + e["nbytes"]]
+            if device is not None and torch.device(device).type != "cpu":
+                raw = raw.to(device)
+            elif not private:
+                raw = raw.clone()  # .to("cpu") would return the shared view itself
             if dtype == torch.bool:
                 # Bytes other than 0/1 in a bool tensor are undefined behaviour
                 # in torch's kernels.
@@ -431,8 +585,6 @@ def load(path, device=None, max_bytes=DEFAULT_MAX_BYTES):
             if storage_dtype != dtype:
                 t = t.view(dtype)
             t = t.reshape(e["shape"])
-        if device is not None:
-            t = t.to(device)
         tensors.append(t)
     used = [False] * len(tensors)
     obj = _decode(header["tree"], tensors, used, 0)

@@ -24,7 +24,7 @@ _TIMING_BUDGET_MS = 10000.0
 _MAX_CALLS_FACTOR = 10
 _TIMING_POOL = 4          # distinct input sets drawn for timing
 _SPOT_CHECK_SHARE = 0.25  # timed outputs compared with the reference's
-_MAX_SPOT_CHECKS = 24     # each one writes and reads the output through a file
+_MAX_SPOT_CHECKS = 24     # each one sends the output back (the exchange arena or a file)
 _OVERHEAD_CALLS = 12      # empty rounds that calibrate the outside clock
 _OVERHEAD_EVERY = 8       # and one more after every this many timed rounds
 # A file that receives one JSON line per timed round, for studying the clock
@@ -44,10 +44,18 @@ class TimingRounds(object):
         if self._pool is None:
             pool = [self.prepare(self.draw(judging.trial_seed(self.seed, "timing-%d" % k), get_inputs))
                     for k in range(_TIMING_POOL)]
-            paths = [self.write(x, "pool") for x in pool]
-            self.ask({"op": "pool", "paths": paths}, HARNESS)
-            for path in paths:  # loaded by the candidate's process; the judge keeps its own copies
-                os.unlink(path)
+            # All sets in one go through the input arena where they fit, else
+            # a file each; loaded by the candidate's process at once, the
+            # judge keeping its own copies.
+            where = self.inputs_for_candidate(pool, "pool") if self.in_arena is not None else {}
+            if "inputs_arena" in where:
+                self.ask(dict(where, op="pool"), HARNESS)
+            else:
+                self.release_inputs(where)
+                paths = [self.write(x, "pool") for x in pool]
+                self.ask({"op": "pool", "paths": paths}, HARNESS)
+                for path in paths:
+                    os.unlink(path)
             self._pool = pool
         return self._pool
 

@@ -89,6 +89,9 @@ class StageSpec(object):
         self.launch_probe_library = str(d.get("launch_probe_library") or "")
         self.device_turn_path = str(d.get("device_turn_path") or "")
         self.device_notes_path = str(d.get("device_notes_path") or "")
+        # Bytes of shared memory for the candidate's outputs (exchange.Arena);
+        # 0: files. proto3 JSON writes a uint64 as a string.
+        self.exchange_arena_bytes = _int(d.get("exchange_arena_bytes"))
         self.reference_cache_max_relative_ci = _float(d.get("reference_cache_max_relative_ci")) or \
             DEFAULT_CACHE_MAX_RELATIVE_CI
 

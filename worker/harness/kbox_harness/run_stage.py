@@ -31,6 +31,20 @@ _MAX_EXCHANGE_BYTES = 8 << 30
 
 
 
+def _arena(capacity, name):
+    """Shared memory that tensors cross between the judge and the
+    candidate's process (exchange.Arena), or None (capacity 0, or no memfd
+    here): they then go through files."""
+    if not capacity:
+        return None
+    try:
+        return exchange.Arena.create(capacity, name)
+    except (OSError, ValueError) as e:
+        sys.stderr.write("kbox: exchange arena not used (%s); outputs go through files\n"
+                         % errors.one_line(str(e)))
+        return None
+
+
 def read_secret(spec):
     """kboxd's seed. From the secret file when kboxd wrote one (it is deleted
     at once, after the candidate's process was forked, so that process never
@@ -62,6 +76,9 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         self.seed = 0
         self.exchange_dir = None
         self.files = 0
+        self.arena = None  # the candidate's outputs (exchange.Arena), or None: files
+        self.in_arena = None  # inputs for the candidate's process, likewise
+        self.outputs_via = {"arena_outputs": 0, "file_outputs": 0}  # the report's counts
         self.ref_sample = None  # (inputs, reference output) of trial 0, for the floor
         self.tolerances = {}  # atol per input set (_tolerance)
         self._pool = None  # the timing rounds' input sets (judge_timing._timing_pool)
@@ -222,11 +239,34 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         exchange.save(path, obj)
         return path
 
-    def read_candidate(self, path):
-        """The candidate's output file, or None when it cannot be read (what
-        the candidate's process wrote is untrusted: a hostile file is a failed
-        trial, never an error of kbox)."""
+    def inputs_for_candidate(self, x, tag):
+        """Where the candidate's process finds x, as a command's fields:
+        {"inputs_arena": n} (the input arena, until the next call) or
+        {"inputs": path} (a file; release_inputs removes it)."""
+        if self.in_arena is not None:
+            n = exchange.save_to_arena(self.in_arena, x)
+            if n is not None:
+                return {"inputs_arena": n}
+        return {"inputs": self.write(x, tag)}
+
+    @staticmethod
+    def release_inputs(where):
+        if "inputs" in where:
+            _remove(where["inputs"])
+
+    def read_candidate(self, path, reply):
+        """The candidate's output, from the arena where its reply says it
+        wrote it there, else from the file at path; None when it cannot be
+        read (what the candidate's process wrote is untrusted: a hostile
+        output is a failed trial, never an error of kbox)."""
         try:
+            if "arena_bytes" in reply:
+                if self.arena is None:
+                    return None
+                self.outputs_via["arena_outputs"] += 1
+                return exchange.load_from_arena(self.arena, reply["arena_bytes"], device=self.device,
+                                                max_bytes=_MAX_EXCHANGE_BYTES)
+            self.outputs_via["file_outputs"] += 1
             return exchange.load(path, device=self.device, max_bytes=_MAX_EXCHANGE_BYTES)
         except (exchange.FormatError, OSError):
             return None
@@ -240,7 +280,9 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
     def run(self):
         self.pipe.enter(HARNESS)
         t0 = timing.now_ms()
-        self.child = candidate_worker.CandidateProcess(self.pipe.fd)
+        self.arena = _arena(self.spec.exchange_arena_bytes, "kbox-exchange-outputs")
+        self.in_arena = _arena(self.spec.exchange_arena_bytes, "kbox-exchange-inputs") if self.arena else None
+        self.child = candidate_worker.CandidateProcess(self.pipe.fd, self.arena, self.in_arena)
         self._timed("fork_candidate", t0)
         try:
             # Opened after the fork: the candidate's process never holds
@@ -291,6 +333,7 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
                 shutil.rmtree(self.exchange_dir, ignore_errors=True)
         if self.trials:
             self.report["trials"] = self.trials
+        self.report.update((k, n) for k, n in self.outputs_via.items() if n)
         verdicts = self.findings.verdicts()
         if verdicts:
             self.report["verdicts"] = verdicts
@@ -548,15 +591,15 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         # until the first trial, the candidate's import and both models' build.
         self._timed("turn_start", t_turn)
         t0 = timing.now_ms()
-        first = None  # (input file, candidate output, atol) of trial 0
+        first = None  # (inputs, where the candidate finds them, its output, atol) of trial 0
         try:
             for i in range(spec.correctness_trials):
-                result, cand_out, atol, in_file = self._trial(i, ref_model, get_inputs)
+                result, cand_out, atol, where = self._trial(i, ref_model, get_inputs)
                 self.trials.append(result)
                 if i == 0 and result["passed"]:
-                    first = (in_file, cand_out, atol)
+                    first = (self.ref_sample[0], where, cand_out, atol)
                 else:
-                    _remove(in_file)  # only trial 0's input is used again
+                    self.release_inputs(where)  # only trial 0's input is used again
                 del cand_out
         finally:
             self._timed("correctness", t0)
@@ -575,7 +618,7 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         if first is not None:
             t0 = timing.now_ms()
             self._second_looks(*first)
-            _remove(first[0])
+            self.release_inputs(first[1])
             self._timed("dynamic_checks", t0)
         if spec.measure_performance and spec.performance_trials > 0:
             t0 = timing.now_ms()
@@ -646,10 +689,10 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
             self.ref_sample = (x, ref_out)
         ref_kept = dynamic_checks.same_values(ref_in, x)
         t = self._summed("trial_reference", t)
-        in_file = self.write(x, "trial")
+        where = self.inputs_for_candidate(x, "trial")
         out_file = self.new_file("out")
         t = self._summed("trial_write", t)
-        self.send({"op": "forward", "inputs": in_file, "out": out_file})
+        self.send(dict(where, op="forward", out=out_file))
         # While the candidate's process works, this trial's tolerance (it
         # depends on the reference's output alone: kbox's own bounded GPU
         # work, no client code). kboxd reads the window as the candidate's,
@@ -676,7 +719,7 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         if broken is not None:
             result = judging.failed(broken)
         result = dict(result, seed=seed, distribution=name)
-        return result, (cand_out or {}).get("out"), atol, in_file
+        return result, (cand_out or {}).get("out"), atol, where
 
     def _candidate_output(self, reply, out_file, ref_in, ref_out, with_inputs=True):
         """({"out", "inputs"} read back ({"out"} without with_inputs), why the
@@ -685,8 +728,8 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
             broken = errors.one_line(str(reply["contract"]))
             self.findings.add("run.output-contract", broken)
             return None, broken
-        data = self.read_candidate(out_file)
-        unreadable = None, "the candidate's output file could not be read"
+        data = self.read_candidate(out_file, reply)
+        unreadable = None, "the candidate's output could not be read (arena or file)"
         if not isinstance(data, dict) or "out" not in data:
             return unreadable
         # Inputs the candidate's process found unchanged (inputs_kept) do not
@@ -705,14 +748,18 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
                 return None, broken
         return data, None
 
-    def _second_looks(self, in_file, first_out, atol):
+    def _second_looks(self, x, where, first_out, atol):
         """Trial 0's input again: the same answer (determinism), and the ATen
         ops and kernels forward dispatches (library compute the text did not
         show, a decoy kernel that never launches)."""
         t0 = timing.now_ms()
+        if "inputs" not in where:
+            # The input arena holds the last trial's: trial 0's go in again
+            # (the judge's own copy, as the candidate's process first had it).
+            where = self.inputs_for_candidate(x, "trial")
         out_file = self.new_file("again")
-        reply = self.ask({"op": "forward", "inputs": in_file, "out": out_file})
-        data = None if reply.get("contract") else self.read_candidate(out_file)
+        reply = self.ask(dict(where, op="forward", out=out_file))
+        data = None if reply.get("contract") else self.read_candidate(out_file, reply)
         if isinstance(data, dict) and "out" in data:
             same = self._compare(first_out, data["out"], atol)
             if not same["passed"]:
@@ -722,8 +769,8 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         self._timed("dynamic_second_call", t0)
         kernels = list(self.spec.candidate_kernels)
         t0 = timing.now_ms()
-        probe = self.ask({"op": "probe", "inputs": in_file, "kernels": bool(kernels),
-                          "launch_probe": bool(self.spec.launch_probe_library)})
+        probe = self.ask(dict(where, op="probe", kernels=bool(kernels),
+                              launch_probe=bool(self.spec.launch_probe_library)))
         # Apart from the second call: on a GPU the probe starts here, once
         # per job; torch.profiler's start is ~6 s on the H100, CUPTI's
         # callback API's is what launch_probe_bench measures (docs/benchmarks.md).
@@ -743,7 +790,7 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
             # counts only when the profiler (the activity record of every
             # kernel that ran) sees it too.
             t0 = timing.now_ms()
-            again = self.ask({"op": "probe", "inputs": in_file, "kernels": True, "launch_probe": False})
+            again = self.ask(dict(where, op="probe", kernels=True, launch_probe=False))
             self._timed("dynamic_probe_confirm", t0)
             if again.get("profiled"):
                 probe, launched = again, [str(k) for k in again.get("kernels") or []]
