@@ -324,3 +324,17 @@ def test_set_up_failing_before_the_turn_still_notes_its_end(tmp_path):
         os.close(notes_end)
     assert got["note"] == b"r"
     assert report["set_up_again"] is True
+
+
+def test_the_turn_passes_before_the_reap_only_with_the_device_mostly_free():
+    # run_stage._hand_over_turn(before_reap=True): a killed candidate's
+    # process may still hold device memory while its context is torn down;
+    # the turn passes then only while 90 % of the device's memory is free.
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "worker", "harness"))
+    from kbox_harness import run_stage
+    gib = 1 << 30
+    assert run_stage._mostly_free(72 * gib, 80 * gib)
+    assert not run_stage._mostly_free(71 * gib, 80 * gib)
+    assert not run_stage._mostly_free(1 * gib, 80 * gib)  # a hog: reaped first
+    assert not run_stage._mostly_free(0, 0)

@@ -71,6 +71,7 @@ class Worker(object):
         self.pool = []
         self.prepared = None
         self.kept = None
+        self.write_ms = 0.0
 
     # -- the loop ---------------------------------------------------------------
     def serve(self):
@@ -279,14 +280,23 @@ class Worker(object):
     def _write_output(self, path, obj):
         """{"arena_bytes": n} when obj went into the arena; else it goes to
         the file at path, and {}."""
-        if self.arena is not None:
-            n = exchange.save_to_arena(self.arena, obj)
-            if n is not None:
-                return {"arena_bytes": n}
-        exchange.save(path, obj)
-        return {}
+        t0 = timing.now_ms()
+        try:
+            if self.arena is not None:
+                n = exchange.save_to_arena(self.arena, obj)
+                if n is not None:
+                    return {"arena_bytes": n}
+            exchange.save(path, obj)
+            return {}
+        finally:
+            self.write_ms = timing.now_ms() - t0
+
+    def _pin_ms(self, failed=False):
+        return sum(a.pin_ms for a in (self.arena, self.in_arena)
+                   if a is not None and (a.pin_failed or not failed))
 
     def op_forward(self, cmd):
+        pinned_before = self._pin_ms()
         t0 = timing.now_ms()
         x = list(self._cmd_inputs(cmd))
         kept = _copy_if_small(x)
@@ -298,7 +308,10 @@ class Worker(object):
             self.findings.add("run.thread-started", "forward left %d thread(s) running (%s)" % (
                 len(left), ", ".join(sorted({t.name for t in left}))[:80]))
         t2 = timing.now_ms()
-        if kept is not None and dynamic_checks.same_values(x, kept):
+        unchanged = kept is not None and dynamic_checks.same_values(x, kept)
+        t3 = timing.now_ms()
+        self.write_ms = 0.0
+        if unchanged:
             # Unchanged: the judge takes its own copy for them, and the
             # inputs need not travel back through the file.
             reply = self._save(cmd["out"], out, x, with_inputs=False)
@@ -308,7 +321,13 @@ class Worker(object):
             reply = self._save(cmd["out"], out, x)
         del out, kept
         # Where a trial's time goes on this side (the judge's phase_ms).
-        reply["steps_ms"] = {"load": t1 - t0, "forward": t2 - t1, "save": timing.now_ms() - t2}
+        # save: the input check, the output's writing and its poisoning;
+        # pin: the arenas' page-locking within load and save; pin_failed:
+        # the time of those that failed (copies then use staging buffers).
+        reply["steps_ms"] = {"load": t1 - t0, "forward": t2 - t1, "save": timing.now_ms() - t2,
+                             "save_check": t3 - t2, "save_write": self.write_ms,
+                             "pin": self._pin_ms() - pinned_before,
+                             "pin_failed": self._pin_ms(failed=True)}
         return reply
 
     def op_probe(self, cmd):
@@ -529,7 +548,9 @@ class CandidateProcess(object):
                 return "signal %d" % sig
         return "exit code %d" % os.WEXITSTATUS(self.status)
 
-    def close(self):
+    def stop(self):
+        """Ends the process without waiting for it: SIGKILL (after an exit
+        request that a well-behaved process may act on first)."""
         try:
             self.send({"op": "exit"})
         except OSError:
@@ -538,4 +559,8 @@ class CandidateProcess(object):
             os.kill(self.pid, signal.SIGKILL)
         except OSError:
             pass
+
+    def close(self):
+        """stop(), then waits until the process is reaped."""
+        self.stop()
         self.exit_status()

@@ -33,6 +33,7 @@ import os
 import stat
 import struct
 import tempfile
+import time
 
 import torch
 
@@ -242,6 +243,7 @@ class Arena(object):
         self.bytes = torch.frombuffer(self._map, dtype=torch.uint8)  # a view: no copy
         self._pinned = 0
         self._pin_failed = False
+        self.pin_ms = 0.0  # time spent pinning in this process (phase_ms)
 
     @classmethod
     def create(cls, capacity, name="kbox-exchange"):
@@ -269,6 +271,7 @@ class Arena(object):
         while size < nbytes:
             size <<= 1
         size = min(size, self.capacity)
+        t0 = time.perf_counter()
         try:
             cudart = torch.cuda.cudart()
             ptr = self.bytes.data_ptr()
@@ -281,6 +284,12 @@ class Arena(object):
             self._pinned = size
         except (AttributeError, RuntimeError, TypeError):
             self._pin_failed = True
+        finally:
+            self.pin_ms += (time.perf_counter() - t0) * 1e3
+
+    @property
+    def pin_failed(self):
+        return self._pin_failed
 
 
 def save_to_arena(arena, obj):

@@ -322,9 +322,16 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
                 os.close(self.turn_fd)
             self.turn_fd = None
             t0 = timing.now_ms()
+            self.child.stop()
+            stop_ms = timing.now_ms() - t0
+            # The turn may pass while the killed process's CUDA context is
+            # torn down (_hand_over_turn), else once it is reaped.
+            handed_over = self._hand_over_turn(before_reap=True)
+            t0 = timing.now_ms()
             self.child.close()
-            self._timed("close_candidate", t0)
-            self._hand_over_turn()
+            self.phase_ms["close_candidate"] = stop_ms + timing.now_ms() - t0
+            if not handed_over:
+                self._hand_over_turn()
             if self.notes_fd is not None:
                 os.close(self.notes_fd)
             self.notes_fd = None
@@ -334,6 +341,14 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         if self.trials:
             self.report["trials"] = self.trials
         self.report.update((k, n) for k, n in self.outputs_via.items() if n)
+        arenas = [a for a in (self.arena, self.in_arena) if a is not None]
+        if any(a.pin_ms for a in arenas):
+            # The judge's own page-locking of the arenas (the candidate's is
+            # trial_candidate_pin); arena_pin_failed: a cudaHostRegister
+            # that failed, after which copies go through the driver's staging.
+            self.phase_ms["arena_pin"] = sum(a.pin_ms for a in arenas)
+            if any(a.pin_failed for a in arenas):
+                self.phase_ms["arena_pin_failed"] = sum(a.pin_ms for a in arenas if a.pin_failed)
         verdicts = self.findings.verdicts()
         if verdicts:
             self.report["verdicts"] = verdicts
@@ -397,17 +412,21 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
 
     def _candidate_steps(self, reply):
         """Adds what the candidate's process says its forward's steps took
-        (load, forward, save) to the trial_candidate_* phases. Diagnostics
+        (load, forward, save; pin: its arenas' page-locking within load and
+        save) to the trial_candidate_* phases. Diagnostics
         only: the figures come from a process candidate code ran in, so
         anything but a finite number from 0 to an hour is left out."""
         steps = reply.get("steps_ms")
         if not isinstance(steps, dict):
             return
-        for step in ("load", "forward", "save"):
+        for step in ("load", "forward", "save", "save_check", "save_write", "pin"):
             ms = steps.get(step)
             if isinstance(ms, (int, float)) and not isinstance(ms, bool) and 0.0 <= ms <= 3.6e6:
                 name = "trial_candidate_" + step
                 self.phase_ms[name] = self.phase_ms.get(name, 0.0) + float(ms)
+        failed = steps.get("pin_failed")
+        if isinstance(failed, (int, float)) and not isinstance(failed, bool) and 0.0 < failed <= 3.6e6:
+            self.phase_ms["trial_candidate_pin_failed"] = float(failed)  # a running total there
 
     def _child_spec(self):
         """The spec the candidate's process gets: no seed, nothing of the reference's."""
@@ -487,35 +506,47 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         if self.notes_fd is not None:
             os.write(self.notes_fd, note)
 
-    def _hand_over_turn(self):
+    def _hand_over_turn(self, before_reap=False):
         """b"e" to kboxd: this stage is done with the device, so the next
         job's turn may start while this stage's processes exit; kboxd waits
         for that exit before any holder's timing (docs/run-stages-ahead.md).
         Sent only when the next job finds the device as if this stage had
-        ended, but for this judge's idle CUDA context:
+        ended, but for this judge's idle CUDA context and, at most, a killed
+        candidate's context being torn down:
         - the candidate ended correct or incorrect: any other end (it failed,
           a limit, kbox's own failure) may leave the device needing a probe
           before the next job, so the turn waits for the stage's end;
-        - its process is reaped (its CUDA context destroyed) and could start
-          no other (the strict filter forbids fork, clone and execve);
+        - its process was killed and could start no other (the strict filter
+          forbids fork, clone and execve), and is reaped, or (before_reap,
+          on a GPU) the device has at least _EARLY_HAND_OVER_FREE_SHARE of
+          its memory free: a dying process's memory only shrinks, so the
+          next job's trials cannot run out of memory for want of it (its
+          timing waits for this stage's exit anyway);
         - this judge's own device memory is given back (at most
           _HAND_OVER_RESERVED_BYTES left in PyTorch's cache), so the next
-          job cannot run out of memory for want of this one's."""
+          job cannot run out of memory for want of this one's.
+        True when b"e" was sent."""
         if self.notes_fd is None or self.report.get("outcome") not in ("OK", "INCORRECT"):
-            return
-        if not self.spec.strict_seccomp_bpf or self.child.exit_status(wait=False) is None:
-            return
+            return False
+        if not self.spec.strict_seccomp_bpf:
+            return False
+        reaped = self.child.exit_status(wait=False) is not None
+        if not reaped and not (before_reap and self.device.type == "cuda"):
+            return False
         t0 = timing.now_ms()
         self.ref_sample = None
         self._pool = None
         try:
             if self.device.type == "cuda" and not _device_memory_given_back():
-                return
+                return False
+            if not reaped and not _mostly_free(*torch.cuda.mem_get_info(self.device)):
+                return False
             self._note(b"e")
+            return True
         except Exception:  # noqa: BLE001  (the turn then passes at the stage's end)
-            return
+            return False
         finally:
-            self._timed("hand_over", t0)
+            self.phase_ms["hand_over"] = self.phase_ms.get("hand_over", 0.0) + timing.now_ms() - t0
 
     def _timing_alone(self, measure):
         """Runs measure() with the device to this stage alone: no stage
@@ -848,6 +879,15 @@ _QUIET_WAIT_S = 120
 # What the judge may still hold in PyTorch's device cache when it hands the
 # turn over (_hand_over_turn): a small allocation or two, not the job's data.
 _HAND_OVER_RESERVED_BYTES = 64 << 20
+# The turn passes before the killed candidate's process is reaped only while
+# this share of the device's memory is free: on an 80 GB card, at most 8 GB
+# held by everything on it (the dying process, stages set up ahead, this
+# judge). A candidate that held more (a hog) is reaped first, as before.
+_EARLY_HAND_OVER_FREE_SHARE = 0.9
+
+
+def _mostly_free(free_bytes, total_bytes):
+    return total_bytes > 0 and free_bytes >= _EARLY_HAND_OVER_FREE_SHARE * total_bytes
 
 
 def _device_memory_given_back():
