@@ -46,6 +46,15 @@ void DeviceTurns::GrantQuietIfClear(uint32_t device) {
   grant();
 }
 
+void DeviceTurns::GiveNext(std::list<Entry>& queue) {
+  if (queue.empty()) return;
+  // The first in line done setting up goes first: the turn of one still
+  // setting up would leave the device idle until its CUDA start is over.
+  const auto ready = std::find_if(queue.begin(), queue.end(), [](const Entry& e) { return !e.setting_up; });
+  if (ready != queue.end() && ready != queue.begin()) queue.splice(queue.begin(), queue, ready);
+  queue.front().give();
+}
+
 std::vector<std::function<void()>> DeviceTurns::TakePaused(std::list<Entry>& queue) {
   std::vector<std::function<void()>> resumes;
   for (Entry& e : queue) {
@@ -71,7 +80,7 @@ void DeviceTurns::Leave(uint32_t device, uint64_t id) {
       queue.erase(it);
       // The holder's quiet ends with it (a new holder asks for its own).
       if (held) resumes = TakePaused(queue);
-      if (held && !queue.empty()) queue.front().give();
+      if (held) GiveNext(queue);
       // One setting up fewer, or a new holder that asked before its turn.
       GrantQuietIfClear(device);
       if (had_quiet) quiet_over_.notify_all();
@@ -180,7 +189,7 @@ void DeviceTurns::Ticket::HandOver() const {
     turns_->leaving_[device_].insert(id_);
     // A quiet not ended by its holder ends with its turn, as in Leave.
     resumes = TakePaused(queue);
-    if (!queue.empty()) queue.front().give();
+    GiveNext(queue);
     if (had_quiet) turns_->quiet_over_.notify_all();
   }
   for (const auto& resume : resumes) resume();

@@ -4,8 +4,10 @@
 // run_stages_ahead, a device (a GPU, a CPU run slot) has more run stages
 // than the one running: the others prepare (fork, CUDA start, the
 // reference's import) and then wait for their turn before the candidate's
-// code loads. Turns are exclusive and given in the order the stages asked;
-// the device's lanes (SlotPool) bound how many stages ask at once.
+// code loads. Turns are exclusive and given in the order the stages asked,
+// except that a stage done setting up goes before those still setting up
+// (the device would otherwise wait for their CUDA start); the device's lanes
+// (SlotPool) bound how many stages ask at once.
 //
 // A stage prepared ahead starts CUDA (context, cuBLAS, Triton's warm-up)
 // while another job holds the device, and that work would disturb the
@@ -114,6 +116,9 @@ class DeviceTurns {
     bool pause_failed = false;  // Not tried again: waited for instead.
   };
   void Leave(uint32_t device, uint64_t id);
+  // Moves the first entry done setting up (else the first) to the front
+  // and gives it the turn. With mu_ held.
+  static void GiveNext(std::list<Entry>& queue);
   // While `device`'s holder has asked for its quiet, pauses the stages
   // setting up that can be paused, then grants the quiet if clear. Without
   // mu_ held.

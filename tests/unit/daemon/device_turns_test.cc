@@ -48,6 +48,49 @@ TEST(DeviceTurnsTest, TurnsGoInOrderOneAtATime) {
   EXPECT_FALSE(turns.Held(0));
 }
 
+// The next turn goes to the first stage in line that is done setting up,
+// ahead of one still setting up, whose turn would leave the device waiting
+// for its CUDA start (docs/run-stages-ahead.md, "Ready stages first").
+TEST(DeviceTurnsTest, TheTurnGoesToAStageDoneSettingUpBeforeOneStillSettingUp) {
+  DeviceTurns turns;
+  std::vector<std::string> log;
+  std::optional<DeviceTurns::Ticket> a(turns.Enqueue(0, [&] { log.push_back("a"); }));
+  std::optional<DeviceTurns::Ticket> b(turns.Enqueue(0, [&] { log.push_back("b"); }, true));
+  std::optional<DeviceTurns::Ticket> c(ReadyStage(turns, [&] { log.push_back("c"); }));
+  std::optional<DeviceTurns::Ticket> d(ReadyStage(turns, [&] { log.push_back("d"); }));
+  a.reset();
+  EXPECT_EQ(log, (std::vector<std::string>{"a", "c"}));
+  EXPECT_TRUE(c->holds());
+  b->SetUpDone();
+  c.reset();
+  EXPECT_EQ(log, (std::vector<std::string>{"a", "c", "b"}));  // Ready now, and first in line.
+  b.reset();
+  EXPECT_EQ(log, (std::vector<std::string>{"a", "c", "b", "d"}));
+}
+
+TEST(DeviceTurnsTest, WithNoStageDoneSettingUpTheFirstInLineGetsTheTurn) {
+  DeviceTurns turns;
+  std::vector<std::string> log;
+  std::optional<DeviceTurns::Ticket> a(turns.Enqueue(0, [&] { log.push_back("a"); }));
+  std::optional<DeviceTurns::Ticket> b(turns.Enqueue(0, [&] { log.push_back("b"); }, true));
+  std::optional<DeviceTurns::Ticket> c(turns.Enqueue(0, [&] { log.push_back("c"); }, true));
+  a.reset();
+  EXPECT_EQ(log, (std::vector<std::string>{"a", "b"}));
+  EXPECT_TRUE(b->holds());
+}
+
+TEST(DeviceTurnsTest, HandingOverGivesTheTurnToAStageDoneSettingUpFirst) {
+  DeviceTurns turns;
+  std::vector<std::string> log;
+  std::optional<DeviceTurns::Ticket> a(ReadyStage(turns, [&] { log.push_back("a"); }));
+  std::optional<DeviceTurns::Ticket> b(turns.Enqueue(0, [&] { log.push_back("b"); }, true));
+  std::optional<DeviceTurns::Ticket> c(ReadyStage(turns, [&] { log.push_back("c"); }));
+  a->HandOver();
+  EXPECT_EQ(log, (std::vector<std::string>{"a", "c"}));
+  EXPECT_TRUE(c->holds());
+  EXPECT_FALSE(b->holds());
+}
+
 // A stage that ended before its turn (its set-up failed) leaves the queue
 // and is never given the turn.
 TEST(DeviceTurnsTest, LeavingTheQueueSkipsTheTicket) {
