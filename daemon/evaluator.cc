@@ -641,6 +641,7 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
       }
       run_spec.set_device_turn_path(turn_path.string());
       run_spec.set_device_notes_path(notes_path.string());
+      run_spec.set_hand_over_turn(config_.hand_over_turn());
       placement.turn_granted_ns = gate->granted_ns();
       // time_limit_s is the candidate's: it counts once the judge's set-up
       // is over too, which has its own limit (a busy host's slow start).

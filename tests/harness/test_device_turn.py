@@ -212,11 +212,13 @@ def test_timing_waits_for_the_device_to_itself(tmp_path):
     assert not os.path.exists(fifo) and not os.path.exists(notes)
 
 
-@pytest.mark.parametrize("strict", [True, False])
-def test_a_judged_stage_hands_its_turn_over_once_its_candidate_is_gone(tmp_path, strict):
+@pytest.mark.parametrize("strict,hand_over", [(True, True), (False, True), (True, False)],
+                         ids=["strict", "no-filter", "hand-over-off"])
+def test_a_judged_stage_hands_its_turn_over_once_its_candidate_is_gone(tmp_path, strict, hand_over):
     # b"e" after b"d" (run_stage._hand_over_turn): the candidate judged, its
     # process reaped, and, with the strict filter, unable to have started
-    # another. Without the filter the turn waits for the stage's end.
+    # another. Without the filter the turn waits for the stage's end, as it
+    # does when kboxd's hand_over_turn is off (no clean-up for it either).
     if strict and not seccomp_bpf.available():
         pytest.skip("needs x86_64 and libseccomp")
     job, fifo, kboxd_end = _job(tmp_path)
@@ -231,7 +233,7 @@ def test_a_judged_stage_hands_its_turn_over_once_its_candidate_is_gone(tmp_path,
         seen.append(_read_note(notes_end))
     thread = threading.Thread(target=kboxd, daemon=True)
     thread.start()
-    extra = {}
+    extra = {"hand_over_turn": hand_over}
     if strict:
         extra["strict_seccomp_bpf"] = seccomp_bpf.write_no_spawn_filter(str(tmp_path / "strict.bpf"))
     try:
@@ -246,8 +248,8 @@ def test_a_judged_stage_hands_its_turn_over_once_its_candidate_is_gone(tmp_path,
         os.close(kboxd_end)
         os.close(notes_end)
     assert seen == [b"r", b"q", b"d"]
-    assert rest == (b"e" if strict else b"")
-    assert ("hand_over" in report["phase_ms"]) == strict
+    assert rest == (b"e" if strict and hand_over else b"")
+    assert ("hand_over" in report["phase_ms"]) == (strict and hand_over)
 
 
 # Appends the moment of every forward call to the job's home.

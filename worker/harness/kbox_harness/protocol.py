@@ -92,6 +92,8 @@ class StageSpec(object):
         # Bytes of shared memory for the candidate's outputs (exchange.Arena);
         # 0: files. proto3 JSON writes a uint64 as a string.
         self.exchange_arena_bytes = _int(d.get("exchange_arena_bytes"))
+        # Note b"e" when done with the device (run_stage._hand_over_turn).
+        self.hand_over_turn = bool(d.get("hand_over_turn", False))
         self.reference_cache_max_relative_ci = _float(d.get("reference_cache_max_relative_ci")) or \
             DEFAULT_CACHE_MAX_RELATIVE_CI
 

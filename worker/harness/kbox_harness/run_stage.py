@@ -528,7 +528,7 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         True when b"e" was sent."""
         if self.notes_fd is None or self.report.get("outcome") not in ("OK", "INCORRECT"):
             return False
-        if not self.spec.strict_seccomp_bpf:
+        if not self.spec.hand_over_turn or not self.spec.strict_seccomp_bpf:
             return False
         reaped = self.child.exit_status(wait=False) is not None
         if not reaped and not (before_reap and self.device.type == "cuda"):
