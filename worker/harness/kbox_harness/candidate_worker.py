@@ -313,7 +313,7 @@ class Worker(object):
         self.write_ms = 0.0
         if unchanged:
             # Unchanged: the judge takes its own copy for them, and the
-            # inputs need not travel back through the file.
+            # inputs need not travel back with the output.
             reply = self._save(cmd["out"], out, x, with_inputs=False)
             if "contract" not in reply:
                 reply["inputs_kept"] = True
