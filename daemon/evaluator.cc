@@ -51,6 +51,15 @@ double TurnHeldMs(const TurnGate& gate, bool hand_over) {
   return std::max(0.0, MsBetween(ns(gate.granted_ns()->load()), done != 0 ? ns(done) : Clock::now()));
 }
 
+// How long the turn, once given, waited for the stage's set-up to end ('r').
+double TurnSetUpWaitMs(const TurnGate& gate) {
+  using Clock = Evaluator::Clock;
+  const auto ns = [](int64_t n) { return Clock::time_point(std::chrono::nanoseconds(n)); };
+  const int64_t granted = gate.granted_ns()->load(), set_up_done = gate.set_up_done_ns()->load();
+  if (granted == 0 || set_up_done == 0) return 0.0;
+  return std::max(0.0, MsBetween(ns(granted), ns(set_up_done)));
+}
+
 std::string ArchList(const HostInfo& host, const std::vector<uint32_t>& gpus) {
   std::vector<std::string> archs;
   for (const auto& g : host.probe.gpus()) {
@@ -706,6 +715,7 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
       const auto granted = Clock::time_point(std::chrono::nanoseconds(gate->granted_ns()->load()));
       waited_ms = std::max(0.0, MsBetween(started, granted));
       durations->set_device_turn_ms(TurnHeldMs(*gate, config_.hand_over_turn()));
+      durations->set_turn_set_up_wait_ms(TurnSetUpWaitMs(*gate));
     }
     double run_ms = ran.process.wall_ms - waited_ms;
     if (gate && gate->given() && ran.report && ran.report->set_up_again()) {
@@ -734,6 +744,7 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
       ran = runner_.Run(*ws, run_spec, placement);
       run_ms += ran.process.wall_ms;
       durations->set_device_turn_ms(durations->device_turn_ms() + TurnHeldMs(*gate, config_.hand_over_turn()));
+      durations->set_turn_set_up_wait_ms(durations->turn_set_up_wait_ms() + TurnSetUpWaitMs(*gate));
     }
     trace.run_cpu_ms += ran.process.cpu_ms;
     durations->set_queue_wait_ms(lane_wait_ms + waited_ms);

@@ -397,6 +397,13 @@ def summarise(args, info, records, metrics, baseline, scale_note, baseline_asked
     # job's: what the device itself waits for is the turn's start (turn_start).
     turn_starts = [float(r["result"]["durations"]["run_phases_ms"]["turn_start"]) for r in done
                    if "turn_start" in (r["result"]["durations"].get("run_phases_ms") or {})]
+    # A turn given before the stage was done setting up waits for that set-up
+    # (kboxd's turn_set_up_wait_ms; absent means none): the device's own
+    # share of a job's start is that wait plus turn_start.
+    set_up_waits = [float(r["result"]["durations"].get("turn_set_up_wait_ms") or 0.0) for r in done
+                    if "turn_start" in (r["result"]["durations"].get("run_phases_ms") or {})]
+    device_starts = [w + t for w, t in zip(set_up_waits, turn_starts)]
+    waited = [w for w in set_up_waits if w > 0]
     turn_ms = [r["result"]["durations"]["device_turn_ms"] for r in cold
                if r["result"]["durations"].get("device_turn_ms")]
     d = lambda r, k: r["result"]["durations"].get(k, 0) / 1000  # noqa: E731
@@ -423,6 +430,9 @@ def summarise(args, info, records, metrics, baseline, scale_note, baseline_asked
         "start_up_p50_ms": pct([v for v in map(start_up_ms, done) if v is not None], 50),
         "start_up_p99_ms": pct([v for v in map(start_up_ms, done) if v is not None], 99),
         "turn_start_ms": (pct(turn_starts, 50), pct(turn_starts, 99)) if turn_starts else None,
+        "device_start_ms": (pct(device_starts, 50), pct(device_starts, 99)) if device_starts else None,
+        "turns_waiting_on_set_up": (len(waited), len(set_up_waits)) if set_up_waits else None,
+        "turn_set_up_wait_ms": (pct(waited, 50), pct(waited, 99)) if waited else None,
         "busy_fraction": busy, "busy_slots": slots,
         "device_turn_ms_cold": (pct(turn_ms, 50), pct(turn_ms, 99)) if turn_ms else None,
         "cache_hits": len(hits), "cache_hit_rate_all": len(hits) / len(done) if done else None,
@@ -498,12 +508,17 @@ def print_summary(s):
         print("per-job start-up on the device (run stage's fork_candidate + setup, not the stage "
               "process's own start): p50 %.3f s, p99 %.3f s   [target <= 0.5 s: %s]" % (
                   up, s["start_up_p99_ms"] / 1000.0, verdict(up, TARGETS["startup_s"], higher_is_better=False)))
-    if s.get("turn_start_ms"):
-        up = s["turn_start_ms"][0] / 1000.0
-        print("  of a job's start, on its device's turn (turn_start: turn given to first trial; the set-up "
-              "above ran before the turn): p50 %.3f s, p99 %.3f s   [target <= 0.5 s: %s]" % (
-                  up, s["turn_start_ms"][1] / 1000.0,
+    if s.get("device_start_ms"):
+        up = s["device_start_ms"][0] / 1000.0
+        print("  of a job's start, on its device's turn (the turn waiting for the stage's set-up, then "
+              "turn_start: to the first trial): p50 %.3f s, p99 %.3f s   [target <= 0.5 s: %s]" % (
+                  up, s["device_start_ms"][1] / 1000.0,
                   verdict(up, TARGETS["startup_s"], higher_is_better=False)))
+        n, of = s["turns_waiting_on_set_up"]
+        waits = s.get("turn_set_up_wait_ms")
+        print("  turns given before their stage was set up: %d of %d%s; turn_start alone p50 %.3f s" % (
+            n, of, " (waited p50 %.0f ms, p99 %.0f ms)" % waits if waits else "",
+            s["turn_start_ms"][0] / 1000.0))
     pc = lambda v: f(None if v is None else 100 * v, "%.0f %%")  # noqa: E731
     print("build cache: %d hits; hit rate %s of evaluated jobs, %s of resubmissions; metrics %s" % (
         s["cache_hits"], pc(s["cache_hit_rate_all"]), pc(s["cache_hit_rate_resubmitted"]), s["metrics"]))

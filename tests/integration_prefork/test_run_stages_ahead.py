@@ -267,3 +267,10 @@ def test_a_judged_holder_hands_the_turn_over_before_its_stage_exits(hand_over):
         d = c["durations"]
         assert "hand_over" not in d["run_phases_ms"], d
         assert d["device_turn_ms"] >= d["run_ms"] - 1, d
+        # The first stage got its turn on a free device, before its set-up
+        # (CUDA start, the reference's import) was over: the turn waited for
+        # it (turn_set_up_wait_ms), a part of the turn.
+        waits = [r["durations"].get("turn_set_up_wait_ms", 0.0) for r in (a, b, c)]
+        assert max(waits) > 0, waits
+        for r, wait in zip((a, b, c), waits):
+            assert wait <= r["durations"]["device_turn_ms"], r["durations"]

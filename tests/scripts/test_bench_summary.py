@@ -142,14 +142,32 @@ def test_the_turns_share_of_start_up_is_reported_beside_the_set_up():
                                                           "turn_start": 20.0})]
     s = summarise(recs)
     assert s["start_up_p50_ms"] == 1500.0 and s["turn_start_ms"] == (20.0, 20.0)
+    assert s["device_start_ms"] == (20.0, 20.0) and s["turns_waiting_on_set_up"] == (0, 1)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         bench.print_summary(s)
     lines = out.getvalue().splitlines()
     set_up = [line for line in lines if line.startswith("per-job start-up on the device (")]
-    turn = [line for line in lines if "on its device's turn (turn_start" in line]
+    turn = [line for line in lines if "on its device's turn (the turn waiting" in line]
     assert set_up and "NOT met" in set_up[0]
     assert turn and "p50 0.020 s" in turn[0] and "[target <= 0.5 s: met]" in turn[0]
+    assert any("turns given before their stage was set up: 0 of 1;" in line for line in lines)
+
+
+def test_a_turn_given_during_set_up_counts_its_wait_in_the_devices_start():
+    # The turn came 700 ms before job a's set-up ended: the device waited
+    # that long, then 20 ms to the first trial. Job b was ready in time.
+    recs = [record("a", 0.0, 40.0, 9000.0, turn_set_up_wait_ms=700.0,
+                   run_phases_ms={"setup": 1400.0, "turn_start": 20.0}),
+            record("b", 0.0, 50.0, 9000.0, run_phases_ms={"setup": 1400.0, "turn_start": 30.0})]
+    s = summarise(recs)
+    assert s["device_start_ms"] == (bench.pct([720.0, 30.0], 50), bench.pct([720.0, 30.0], 99))
+    assert s["turns_waiting_on_set_up"] == (1, 2) and s["turn_set_up_wait_ms"] == (700.0, 700.0)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        bench.print_summary(s)
+    text = out.getvalue()
+    assert "turns given before their stage was set up: 1 of 2 (waited p50 700 ms" in text
 
 
 def test_start_up_is_not_measured_without_phases():
