@@ -171,12 +171,12 @@ def _write_tensor(f, t, storage_dtype):
     f.write(buf)
 
 
-def save(path, obj):
-    """Writes obj (tensors, bool/int/float/None, nested list/tuple/dict with
-    str keys) to path, atomically: readers see the old file or the new one."""
+def _layout_of(obj, dense):
+    """(tensors made dense by `dense`, their header entries, the header's
+    bytes) of obj in save()'s layout."""
     tensors = []
     tree = _encode(obj, tensors, 0)
-    tensors = [_cpu_dense(t) for t in tensors]
+    tensors = [dense(t) for t in tensors]
     entries, offset = [], 0
     for t in tensors:
         nbytes = t.numel() * t.element_size()
@@ -188,6 +188,13 @@ def save(path, obj):
     if len(header) > MAX_HEADER_BYTES:
         raise ValueError("exchange: header of %d bytes exceeds %d"
                          % (len(header), MAX_HEADER_BYTES))
+    return tensors, entries, header
+
+
+def save(path, obj):
+    """Writes obj (tensors, bool/int/float/None, nested list/tuple/dict with
+    str keys) to path, atomically: readers see the old file or the new one."""
+    tensors, entries, header = _layout_of(obj, _cpu_dense)
 
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".",
@@ -295,22 +302,9 @@ class Arena(object):
 def save_to_arena(arena, obj):
     """Writes obj into the arena in save()'s layout; its size in bytes, or
     None when it does not fit (nothing written: the caller uses a file)."""
-    tensors = []
-    tree = _encode(obj, tensors, 0)
     # Dense and contiguous where they are: a GPU tensor goes to the arena
     # in one copy, not through host memory first.
-    tensors = [_dense(t) for t in tensors]
-    entries, offset = [], 0
-    for t in tensors:
-        nbytes = t.numel() * t.element_size()
-        entries.append({"dtype": _NAMES[t.dtype], "shape": list(t.shape),
-                        "offset": offset, "nbytes": nbytes})
-        offset = _align(offset + nbytes)
-    header = json.dumps({"tree": tree, "tensors": entries}, allow_nan=False,
-                        separators=(",", ":")).encode("utf-8")
-    if len(header) > MAX_HEADER_BYTES:
-        raise ValueError("exchange: header of %d bytes exceeds %d"
-                         % (len(header), MAX_HEADER_BYTES))
+    tensors, entries, header = _layout_of(obj, _dense)
     data_start = _align(_PREFIX.size + len(header))
     size = data_start
     if entries:
