@@ -71,10 +71,11 @@ void DeviceTurns::Leave(uint32_t device, uint64_t id) {
   {
     std::lock_guard lock(mu_);
     auto& queue = queues_[device];
-    const auto it = std::find_if(queue.begin(), queue.end(), [&](const Entry& e) { return e.id == id; });
     if (leaving_[device].erase(id) > 0) {
       GrantQuietIfClear(device);  // The last one leaving clears the way.
-    } else if (it != queue.end()) {
+    } else {
+      const auto it = std::find_if(queue.begin(), queue.end(), [&](const Entry& e) { return e.id == id; });
+      if (it == queue.end()) return;
       const bool held = it == queue.begin();
       const bool had_quiet = it->quiet;
       queue.erase(it);
@@ -84,8 +85,6 @@ void DeviceTurns::Leave(uint32_t device, uint64_t id) {
       // One setting up fewer, or a new holder that asked before its turn.
       GrantQuietIfClear(device);
       if (had_quiet) quiet_over_.notify_all();
-    } else {
-      return;
     }
   }
   for (const auto& resume : resumes) resume();

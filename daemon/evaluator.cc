@@ -44,20 +44,22 @@ double MsBetween(Evaluator::Clock::time_point a, Evaluator::Clock::time_point b)
 // How long a stage held its device's turn: from the turn given to the turn
 // handed over (the judge's 'e', when `hand_over` is on) or, without that,
 // now (the stage's end).
+// A TurnGate timestamp (steady clock nanoseconds) as a time point.
+Evaluator::Clock::time_point AtNs(int64_t ns) {
+  return Evaluator::Clock::time_point(std::chrono::nanoseconds(ns));
+}
+
 double TurnHeldMs(const TurnGate& gate, bool hand_over) {
-  using Clock = Evaluator::Clock;
-  const auto ns = [](int64_t n) { return Clock::time_point(std::chrono::nanoseconds(n)); };
   const int64_t done = hand_over ? gate.done_with_device_ns() : 0;
-  return std::max(0.0, MsBetween(ns(gate.granted_ns()->load()), done != 0 ? ns(done) : Clock::now()));
+  return std::max(0.0, MsBetween(AtNs(gate.granted_ns()->load()),
+                                 done != 0 ? AtNs(done) : Evaluator::Clock::now()));
 }
 
 // How long the turn, once given, waited for the stage's set-up to end ('r').
 double TurnSetUpWaitMs(const TurnGate& gate) {
-  using Clock = Evaluator::Clock;
-  const auto ns = [](int64_t n) { return Clock::time_point(std::chrono::nanoseconds(n)); };
   const int64_t granted = gate.granted_ns()->load(), set_up_done = gate.set_up_done_ns()->load();
   if (granted == 0 || set_up_done == 0) return 0.0;
-  return std::max(0.0, MsBetween(ns(granted), ns(set_up_done)));
+  return std::max(0.0, MsBetween(AtNs(granted), AtNs(set_up_done)));
 }
 
 std::string ArchList(const HostInfo& host, const std::vector<uint32_t>& gpus) {
@@ -712,8 +714,7 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
     }
     double waited_ms = 0;
     if (gate && gate->given()) {
-      const auto granted = Clock::time_point(std::chrono::nanoseconds(gate->granted_ns()->load()));
-      waited_ms = std::max(0.0, MsBetween(started, granted));
+      waited_ms = std::max(0.0, MsBetween(started, AtNs(gate->granted_ns()->load())));
       durations->set_device_turn_ms(TurnHeldMs(*gate, config_.hand_over_turn()));
       durations->set_turn_set_up_wait_ms(TurnSetUpWaitMs(*gate));
     }

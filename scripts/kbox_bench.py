@@ -395,14 +395,15 @@ def summarise(args, info, records, metrics, baseline, scale_note, baseline_asked
     busy = sum(held_s) / (busy_window_s * slots) if busy_window_s > 0 else None
     # With stages ahead the set-up runs before the job's turn, beside another
     # job's: what the device itself waits for is the turn's start (turn_start).
-    turn_starts = [float(r["result"]["durations"]["run_phases_ms"]["turn_start"]) for r in done
-                   if "turn_start" in (r["result"]["durations"].get("run_phases_ms") or {})]
     # A turn given before the stage was done setting up waits for that set-up
     # (kboxd's turn_set_up_wait_ms; absent means none): the device's own
     # share of a job's start is that wait plus turn_start.
-    set_up_waits = [float(r["result"]["durations"].get("turn_set_up_wait_ms") or 0.0) for r in done
-                    if "turn_start" in (r["result"]["durations"].get("run_phases_ms") or {})]
-    device_starts = [w + t for w, t in zip(set_up_waits, turn_starts)]
+    starts = [(float(r["result"]["durations"]["run_phases_ms"]["turn_start"]),
+               float(r["result"]["durations"].get("turn_set_up_wait_ms") or 0.0)) for r in done
+              if "turn_start" in (r["result"]["durations"].get("run_phases_ms") or {})]
+    turn_starts = [t for t, _ in starts]
+    set_up_waits = [w for _, w in starts]
+    device_starts = [t + w for t, w in starts]
     waited = [w for w in set_up_waits if w > 0]
     turn_ms = [r["result"]["durations"]["device_turn_ms"] for r in cold
                if r["result"]["durations"].get("device_turn_ms")]

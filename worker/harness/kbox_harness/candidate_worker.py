@@ -239,7 +239,8 @@ class Worker(object):
 
     def _cmd_inputs(self, cmd):
         """The inputs a command names: in the input arena (each tensor is
-        already a copy of its own there) or in a file."""
+        already a copy of its own there) or in a file (cloned, nested lists
+        too)."""
         if "inputs_arena" in cmd and self.in_arena is not None:
             return exchange.load_from_arena(self.in_arena, cmd["inputs_arena"], device=self.device)
         return self._load_inputs(cmd["inputs"])
@@ -388,10 +389,7 @@ class Worker(object):
 
     # -- timing ---------------------------------------------------------------------
     def op_pool(self, cmd):
-        if "inputs_arena" in cmd:
-            self.pool = [list(x) for x in self._cmd_inputs(cmd)]
-        else:
-            self.pool = [self._load_inputs(p) for p in cmd["paths"]]
+        self.pool = [list(x) for x in self._cmd_inputs(cmd)]
         return {}
 
     def op_prep(self, cmd):

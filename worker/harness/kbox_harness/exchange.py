@@ -249,7 +249,7 @@ class Arena(object):
         self._map = mmap.mmap(fd, capacity, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         self.bytes = torch.frombuffer(self._map, dtype=torch.uint8)  # a view: no copy
         self._pinned = 0
-        self._pin_failed = False
+        self.pin_failed = False  # cudaHostRegister refused: copies use staging buffers
         self.pin_ms = 0.0  # time spent pinning in this process (phase_ms)
 
     @classmethod
@@ -271,7 +271,7 @@ class Arena(object):
         stays locked until the stage ends) or once pinning failed (copies
         then go through the driver's staging buffer: slower, the same
         bytes)."""
-        if nbytes <= self._pinned or nbytes > PINNED_MAX_BYTES or self._pin_failed or \
+        if nbytes <= self._pinned or nbytes > PINNED_MAX_BYTES or self.pin_failed or \
                 not torch.cuda.is_available():
             return
         size = 1 << 20
@@ -286,17 +286,13 @@ class Arena(object):
                 cudart.cudaHostUnregister(ptr)
                 self._pinned = 0
             if int(cudart.cudaHostRegister(ptr, size, 0)) != 0:
-                self._pin_failed = True
+                self.pin_failed = True
                 return
             self._pinned = size
         except (AttributeError, RuntimeError, TypeError):
-            self._pin_failed = True
+            self.pin_failed = True
         finally:
             self.pin_ms += (time.perf_counter() - t0) * 1e3
-
-    @property
-    def pin_failed(self):
-        return self._pin_failed
 
 
 def save_to_arena(arena, obj):

@@ -44,18 +44,12 @@ class TimingRounds(object):
         if self._pool is None:
             pool = [self.prepare(self.draw(judging.trial_seed(self.seed, "timing-%d" % k), get_inputs))
                     for k in range(_TIMING_POOL)]
-            # All sets in one go through the input arena where they fit, else
-            # a file each; loaded by the candidate's process at once, the
-            # judge keeping its own copies.
-            where = self.inputs_for_candidate(pool, "pool") if self.in_arena is not None else {}
-            if "inputs_arena" in where:
-                self.ask(dict(where, op="pool"), HARNESS)
-            else:
-                self.release_inputs(where)
-                paths = [self.write(x, "pool") for x in pool]
-                self.ask({"op": "pool", "paths": paths}, HARNESS)
-                for path in paths:
-                    os.unlink(path)
+            # All sets in one crossing (the input arena, or a file where they
+            # do not fit), loaded by the candidate's process at once; the
+            # judge keeps its own copies.
+            where = self.inputs_for_candidate(pool, "pool")
+            self.ask(dict(where, op="pool"), HARNESS)
+            self.release_inputs(where)
             self._pool = pool
         return self._pool
 

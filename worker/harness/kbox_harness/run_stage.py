@@ -321,16 +321,19 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
             if self.turn_fd is not None:
                 os.close(self.turn_fd)
             self.turn_fd = None
+            # Once, and before the candidate's process is stopped: its CUDA
+            # teardown would slow the judge's own clean-up down.
+            given_back = self._give_back_for_hand_over()
             t0 = timing.now_ms()
             self.child.stop()
             stop_ms = timing.now_ms() - t0
             # The turn may pass while the killed process's CUDA context is
             # torn down (_hand_over_turn), else once it is reaped.
-            handed_over = self._hand_over_turn(before_reap=True)
+            handed_over = given_back and self._hand_over_turn(before_reap=True)
             t0 = timing.now_ms()
             self.child.close()
             self.phase_ms["close_candidate"] = stop_ms + timing.now_ms() - t0
-            if not handed_over:
+            if given_back and not handed_over:
                 self._hand_over_turn()
             if self.notes_fd is not None:
                 os.close(self.notes_fd)
@@ -506,39 +509,45 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         if self.notes_fd is not None:
             os.write(self.notes_fd, note)
 
-    def _hand_over_turn(self, before_reap=False):
-        """b"e" to kboxd: this stage is done with the device, so the next
-        job's turn may start while this stage's processes exit; kboxd waits
-        for that exit before any holder's timing (docs/run-stages-ahead.md).
-        Sent only when the next job finds the device as if this stage had
-        ended, but for this judge's idle CUDA context and, at most, a killed
-        candidate's context being torn down:
-        - the candidate ended correct or incorrect: any other end (it failed,
-          a limit, kbox's own failure) may leave the device needing a probe
-          before the next job, so the turn waits for the stage's end;
-        - its process was killed and could start no other (the strict filter
-          forbids fork, clone and execve), and is reaped, or (before_reap,
-          on a GPU) the device has at least _EARLY_HAND_OVER_FREE_SHARE of
-          its memory free: a dying process's memory only shrinks, so the
-          next job's trials cannot run out of memory for want of it (its
-          timing waits for this stage's exit anyway);
-        - this judge's own device memory is given back (at most
-          _HAND_OVER_RESERVED_BYTES left in PyTorch's cache), so the next
-          job cannot run out of memory for want of this one's.
-        True when b"e" was sent."""
+    def _give_back_for_hand_over(self):
+        """Whether this stage may hand its turn over (_hand_over_turn) as far
+        as the judge goes: kboxd takes hand-overs, the candidate was judged
+        correct or incorrect (any other end may leave the device needing a
+        probe before the next job, so the turn waits for the stage's end),
+        the strict filter holds (the candidate's process can start no other
+        to outlive it), and this judge's own device memory is given back (its
+        timing pool and sample dropped, at most _HAND_OVER_RESERVED_BYTES
+        left in PyTorch's cache), so the next job cannot run out of memory
+        for want of this one's. Its time is phase_ms "hand_over"."""
         if self.notes_fd is None or self.report.get("outcome") not in ("OK", "INCORRECT"):
             return False
         if not self.spec.hand_over_turn or not self.spec.strict_seccomp_bpf:
-            return False
-        reaped = self.child.exit_status(wait=False) is not None
-        if not reaped and not (before_reap and self.device.type == "cuda"):
             return False
         t0 = timing.now_ms()
         self.ref_sample = None
         self._pool = None
         try:
-            if self.device.type == "cuda" and not _device_memory_given_back():
-                return False
+            return self.device.type != "cuda" or _device_memory_given_back()
+        except Exception:  # noqa: BLE001  (the turn then passes at the stage's end)
+            return False
+        finally:
+            self._timed("hand_over", t0)
+
+    def _hand_over_turn(self, before_reap=False):
+        """b"e" to kboxd, after _give_back_for_hand_over: this stage is done
+        with the device, so the next job's turn may start while this stage's
+        processes exit; kboxd waits for that exit before any holder's timing
+        (docs/run-stages-ahead.md). Sent once the killed candidate's process
+        is reaped, or (before_reap, on a GPU) while it is still being torn
+        down if the device has at least _EARLY_HAND_OVER_FREE_SHARE of its
+        memory free: a dying process's memory only shrinks, so the next
+        job's trials cannot run out of memory for want of it. True when
+        b"e" was sent."""
+        reaped = self.child.exit_status(wait=False) is not None
+        if not reaped and not (before_reap and self.device.type == "cuda"):
+            return False
+        t0 = timing.now_ms()
+        try:
             if not reaped and not _mostly_free(*torch.cuda.mem_get_info(self.device)):
                 return False
             self._note(b"e")
