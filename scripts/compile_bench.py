@@ -146,12 +146,14 @@ def _profile_line(name, mode, result, directory, tag):
         "; ".join(steps) or "-", nvcc or "-")
 
 
-def _cpu_bench_candidates(count, shared, out_dir):
-    """The first `count` CPU candidates of scripts/kbox_bench_candidates.py."""
+def _bench_candidates(count, backend, shared, out_dir):
+    """The first `count` candidates of scripts/kbox_bench_candidates.py for
+    backend: level 1 for cpu, levels 1 and 2 for cuda (kbox-bench's mix)."""
     sys.path.insert(0, os.path.join(REPO, "scripts"))
     import kbox_bench_candidates
+    levels = (1,) if backend == "cpu" else (1, 2)
     paths = []
-    for c in kbox_bench_candidates.generate(count, "cpu", shared):
+    for c in kbox_bench_candidates.generate(count, backend, shared, levels=levels):
         path = os.path.join(out_dir, c["id"].replace("-", "_") + ".py")
         with open(path, "w") as f:
             f.write(c["candidate_source"])
@@ -175,6 +177,42 @@ def _build_pch(python, root):
     return answer["dir"]
 
 
+def _throughput(mode, paths, python, pch_dir, jobs, profile_dir=None):
+    """Every candidate built once in mode, jobs at once: what the machine's
+    cores give when they do nothing but these builds. Prints one line per
+    build (with profile_dir, where its time went) and a summary; returns the
+    exit status."""
+    print("# throughput: %d build(s), mode %s, %d at once, %d CPU(s) here" % (
+        len(paths), mode, jobs, os.cpu_count() or 0), flush=True)
+    t0 = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        tags = ["%s-%s" % (os.path.splitext(os.path.basename(path))[0], mode) for path in paths]
+        futures = [pool.submit(_build_once, mode, path, python, pch_dir,
+                               (profile_dir, tag) if profile_dir else None)
+                   for path, tag in zip(paths, tags)]
+        results = [f.result() for f in futures]
+    wall = time.perf_counter() - t0
+    failed = 0
+    for path, r in zip(paths, results):
+        failed += bool(r["error"])
+        print("%-44s %7.1f s %7.1f CPU-s (import %4.1f)  %s%s" % (
+            os.path.basename(path)[-44:], r["seconds"], r["cpu"], r.get("cpu_before_build", float("nan")),
+            r["light"] or "-", ("  ERROR " + r["error"]) if r["error"] else ""), flush=True)
+    if profile_dir:
+        print(PROFILE_HEAD)
+        for path, tag, r in zip(paths, tags, results):
+            print(_profile_line(os.path.basename(path), mode, r, profile_dir, tag))
+    cpu = statistics.mean(r["cpu"] for r in results)
+    before = statistics.mean(r.get("cpu_before_build", 0.0) for r in results)
+    cores = os.cpu_count() or 1
+    print("# %d builds in %.1f s wall: %.0f builds per hour (%d failed); CPU-s per build: "
+          "%.1f mean, of it %.1f before the build (interpreter, torch import)" % (
+              len(paths), wall, len(paths) * 3600.0 / wall, failed, cpu, before))
+    print("# ceiling of %d CPUs at full use: %.0f builds per hour; without the import "
+          "(compile zygotes): %.0f" % (cores, cores * 3600.0 / cpu, cores * 3600.0 / max(cpu - before, 1e-9)))
+    return 1 if failed else 0
+
+
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         _child(*sys.argv[2:6])
@@ -187,8 +225,11 @@ def main():
                    help="kbox corpus: its legit/*_cpu/candidate.py files")
     p.add_argument("--cpu-bench", type=int, default=0, metavar="N",
                    help="the first N CPU candidates of scripts/kbox_bench_candidates.py")
+    p.add_argument("--cuda-bench", type=int, default=0, metavar="N",
+                   help="the first N CUDA candidates of scripts/kbox_bench_candidates.py "
+                        "(levels 1 and 2, as kbox-bench sends them)")
     p.add_argument("--shared", default=os.path.join(os.path.dirname(REPO), "shared"),
-                   help="shared directory holding datasets/kernelbench (for --cpu-bench)")
+                   help="shared directory holding datasets/kernelbench (for --cpu/cuda-bench)")
     p.add_argument("-n", "--rounds", type=int, default=1, help="cold builds per mode and candidate")
     p.add_argument("--python", default=sys.executable, help="interpreter with torch")
     p.add_argument("-j", "--jobs", type=int, default=1,
@@ -197,6 +238,9 @@ def main():
                    help="a third mode: kbox with the light header's precompiled header")
     p.add_argument("--modes", help="comma-separated subset of plain,light,kbox,pch to build "
                                    "(plain is always built: the ratios are against it)")
+    p.add_argument("--throughput", metavar="MODE",
+                   help="build every candidate once in MODE only (no plain), --jobs at once, "
+                        "and print builds per hour: the machine's ceiling for that compile path")
     p.add_argument("--profile", metavar="DIR",
                    help="keep each build's nvcc --time table and ninja log in DIR and print "
                         "where each build's time went")
@@ -209,12 +253,26 @@ def main():
         paths += sorted(glob.glob(os.path.join(args.corpus, "legit", "*_cpu", "candidate.py")))
     generated = tempfile.mkdtemp(prefix="kbox-compile-bench-src-")
     if args.cpu_bench:
-        paths += _cpu_bench_candidates(args.cpu_bench, args.shared, generated)
+        paths += _bench_candidates(args.cpu_bench, "cpu", args.shared, generated)
+    if args.cuda_bench:
+        paths += _bench_candidates(args.cuda_bench, "cuda", args.shared, generated)
     paths = [os.path.abspath(path) for path in paths]  # builds run in their own directory
     if not paths:
-        p.error("no candidates: pass files, --few-shot, --corpus or --cpu-bench")
+        p.error("no candidates: pass files, --few-shot, --corpus, --cpu-bench or --cuda-bench")
 
     modes = ["plain", "light", "kbox"] + (["pch"] if args.pch else [])
+    if args.throughput:
+        if args.throughput not in ("plain", "light", "kbox", "pch"):
+            p.error("--throughput: one of plain, light, kbox, pch")
+        pch_dir = (_build_pch(args.python, tempfile.mkdtemp(prefix="kbox-compile-bench-pch-"))
+                   if args.throughput == "pch" else "")
+        try:
+            if args.profile:
+                os.makedirs(args.profile, exist_ok=True)
+            return _throughput(args.throughput, paths, args.python, pch_dir, args.jobs, args.profile)
+        finally:
+            if pch_dir:
+                shutil.rmtree(os.path.dirname(pch_dir), ignore_errors=True)
     if args.modes:
         asked = args.modes.split(",")
         if "pch" in asked and not args.pch:
