@@ -4,7 +4,8 @@
 
 namespace kbox {
 
-DeviceTurns::Ticket DeviceTurns::Enqueue(uint32_t device, Give give, bool sets_up, Pauser pauser) {
+DeviceTurns::Ticket DeviceTurns::Enqueue(uint32_t device, Give give, bool sets_up, Pauser pauser,
+                                         Due due) {
   uint64_t id = 0;
   {
     std::unique_lock lock(mu_);
@@ -12,8 +13,14 @@ DeviceTurns::Ticket DeviceTurns::Enqueue(uint32_t device, Give give, bool sets_u
     // A stage prepared ahead starts CUDA at once: not while the holder times.
     if (sets_up) quiet_over_.wait(lock, [&] { return !QuietHeld(queue); });
     id = next_id_++;
-    queue.push_back(Entry{id, std::move(give), sets_up, nullptr, false, std::move(pauser)});
-    if (queue.size() == 1) queue.front().give();
+    Entry entry;
+    entry.id = id;
+    entry.give = std::move(give);
+    entry.setting_up = sets_up;
+    entry.pauser = std::move(pauser);
+    entry.due = std::move(due);
+    queue.push_back(std::move(entry));
+    if (!Holding(queue)) GiveNext(queue);
   }
   // A quiet asked but not yet granted (waiting for a stage setting up, or
   // for one that handed its turn over to leave): this stage is paused too
@@ -28,13 +35,17 @@ DeviceTurns::Entry* DeviceTurns::Find(uint32_t device, uint64_t id) {
   return it == queue.end() ? nullptr : &*it;
 }
 
+bool DeviceTurns::Holding(const std::list<Entry>& queue) {
+  return !queue.empty() && queue.front().holding;
+}
+
 bool DeviceTurns::QuietHeld(const std::list<Entry>& queue) {
   return std::any_of(queue.begin(), queue.end(), [](const Entry& e) { return e.quiet; });
 }
 
 void DeviceTurns::GrantQuietIfClear(uint32_t device) {
   auto& queue = queues_[device];
-  if (queue.empty() || !queue.front().quiet_grant) return;
+  if (!Holding(queue) || !queue.front().quiet_grant) return;
   if (!leaving_[device].empty()) return;  // Its exit may still touch the device.
   const bool clear = std::none_of(std::next(queue.begin()), queue.end(),
                                   [](const Entry& e) { return e.setting_up && !e.paused; });
@@ -47,11 +58,29 @@ void DeviceTurns::GrantQuietIfClear(uint32_t device) {
 }
 
 void DeviceTurns::GiveNext(std::list<Entry>& queue) {
+  // The first in line done setting up goes first. One still setting up gets
+  // no turn: it would hold the device idle until its CUDA start is over, and
+  // a stage behind it might be done sooner. With none done, the device stays
+  // free until a set-up ends (SetUpDone) or a stage that does not set up
+  // queues.
   if (queue.empty()) return;
-  // The first in line done setting up goes first: the turn of one still
-  // setting up would leave the device idle until its CUDA start is over.
   const auto ready = std::find_if(queue.begin(), queue.end(), [](const Entry& e) { return !e.setting_up; });
-  if (ready != queue.end() && ready != queue.begin()) queue.splice(queue.begin(), queue, ready);
+  if (ready == queue.end()) {
+    Entry& first = queue.front();
+    if (first.due && !first.due_told) {
+      first.due_told = true;
+      first.due(true);
+    }
+    return;
+  }
+  // A stage told its turn was due is passed over: the device no longer waits for it.
+  for (Entry& e : queue) {
+    if (&e == &*ready || !e.due_told) continue;
+    e.due_told = false;
+    e.due(false);
+  }
+  if (ready != queue.begin()) queue.splice(queue.begin(), queue, ready);
+  queue.front().holding = true;
   queue.front().give();
 }
 
@@ -76,12 +105,13 @@ void DeviceTurns::Leave(uint32_t device, uint64_t id) {
     } else {
       const auto it = std::find_if(queue.begin(), queue.end(), [&](const Entry& e) { return e.id == id; });
       if (it == queue.end()) return;
-      const bool held = it == queue.begin();
+      const bool held = it == queue.begin() && it->holding;
       const bool had_quiet = it->quiet;
       queue.erase(it);
       // The holder's quiet ends with it (a new holder asks for its own).
       if (held) resumes = TakePaused(queue);
-      if (held) GiveNext(queue);
+      // The turn, or (nobody being done setting up) the next one's due.
+      if (!Holding(queue)) GiveNext(queue);
       // One setting up fewer, or a new holder that asked before its turn.
       GrantQuietIfClear(device);
       if (had_quiet) quiet_over_.notify_all();
@@ -97,7 +127,7 @@ void DeviceTurns::PauseForQuiet(uint32_t device) {
     {
       std::lock_guard lock(mu_);
       auto& queue = queues_[device];
-      if (queue.empty() || !queue.front().quiet_grant) return;
+      if (!Holding(queue) || !queue.front().quiet_grant) return;
       for (auto it = std::next(queue.begin()); it != queue.end(); ++it) {
         if (it->setting_up && !it->paused && !it->pausing && !it->pause_failed && it->pauser.pause) {
           it->pausing = true;
@@ -113,7 +143,7 @@ void DeviceTurns::PauseForQuiet(uint32_t device) {
       std::lock_guard lock(mu_);
       auto& queue = queues_[device];
       // The quiet may have ended (or its holder left) meanwhile.
-      const bool still_asked = !queue.empty() && queue.front().quiet_grant;
+      const bool still_asked = Holding(queue) && queue.front().quiet_grant;
       for (size_t i = 0; i < batch.size(); ++i) {
         Entry* e = Find(device, batch[i].first);
         if (!e) continue;  // Its stage ended.
@@ -136,13 +166,15 @@ bool DeviceTurns::Ticket::holds() const {
   if (!turns_) return false;
   std::lock_guard lock(turns_->mu_);
   const auto& queue = turns_->queues_[device_];
-  return !queue.empty() && queue.front().id == id_;
+  return Holding(queue) && queue.front().id == id_;
 }
 
 void DeviceTurns::Ticket::SetUpDone() const {
   if (!turns_) return;
   std::lock_guard lock(turns_->mu_);
   if (Entry* e = turns_->Find(device_, id_)) e->setting_up = false;
+  auto& queue = turns_->queues_[device_];
+  if (!Holding(queue)) GiveNext(queue);  // The device was free, waiting for a set-up to end.
   turns_->GrantQuietIfClear(device_);
 }
 
@@ -171,7 +203,7 @@ void DeviceTurns::Ticket::EndQuiet() const {
       turns_->quiet_over_.notify_all();
     }
     auto& queue = turns_->queues_[device_];
-    if (!queue.empty() && queue.front().id == id_) resumes = TakePaused(queue);
+    if (Holding(queue) && queue.front().id == id_) resumes = TakePaused(queue);
   }
   for (const auto& resume : resumes) resume();
 }
@@ -182,7 +214,7 @@ void DeviceTurns::Ticket::HandOver() const {
   {
     std::lock_guard lock(turns_->mu_);
     auto& queue = turns_->queues_[device_];
-    if (queue.empty() || queue.front().id != id_) return;
+    if (!Holding(queue) || queue.front().id != id_) return;
     const bool had_quiet = queue.front().quiet;
     queue.pop_front();
     turns_->leaving_[device_].insert(id_);
@@ -197,13 +229,14 @@ void DeviceTurns::Ticket::HandOver() const {
 bool DeviceTurns::Held(uint32_t device) const {
   std::lock_guard lock(mu_);
   const auto it = queues_.find(device);
-  return it != queues_.end() && !it->second.empty();
+  return it != queues_.end() && Holding(it->second);
 }
 
 size_t DeviceTurns::Waiting(uint32_t device) const {
   std::lock_guard lock(mu_);
   const auto it = queues_.find(device);
-  return it == queues_.end() || it->second.empty() ? 0 : it->second.size() - 1;
+  if (it == queues_.end()) return 0;
+  return it->second.size() - (Holding(it->second) ? 1 : 0);
 }
 
 }  // namespace kbox

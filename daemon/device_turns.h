@@ -4,9 +4,10 @@
 // run_stages_ahead, a device (a GPU, a CPU run slot) has more run stages
 // than the one running: the others prepare (fork, CUDA start, the
 // reference's import) and then wait for their turn before the candidate's
-// code loads. Turns are exclusive and given in the order the stages asked,
-// except that a stage done setting up goes before those still setting up
-// (the device would otherwise wait for their CUDA start); the device's lanes
+// code loads. Turns are exclusive and go only to a stage done setting up, in
+// the order the stages asked: a stage still setting up would hold the device
+// idle through its CUDA start, while one behind it may be done sooner. With
+// none done, the device stays free until the first is. The device's lanes
 // (SlotPool) bound how many stages ask at once.
 //
 // A stage prepared ahead starts CUDA (context, cuBLAS, Triton's warm-up)
@@ -92,12 +93,20 @@ class DeviceTurns {
   };
 
   // Queues for `device`'s turn; `give` runs once, when the turn is this
-  // ticket's (before Enqueue returns when nobody holds or waits for it).
-  // sets_up: the stage sets up on the device before its turn (prepared
-  // ahead) and counts as setting up until SetUpDone or it leaves; such an
+  // ticket's (before Enqueue returns when nobody holds it and the stage does
+  // not set up). sets_up: the stage sets up on the device before its turn
+  // (prepared ahead), counts as setting up until SetUpDone or it leaves, and
+  // gets no turn before SetUpDone; such an
   // Enqueue first waits while the device's holder has its quiet. `pauser`
   // (optional) lets a holder's quiet pause the stage while it sets up.
-  Ticket Enqueue(uint32_t device, Give give, bool sets_up = false, Pauser pauser = {});
+  // `due` (optional) runs with the turns' lock held: due(true) when the
+  // stage is first in line on a free device and only its own set-up keeps
+  // it from the turn (its set-up limit counts from the first; the device
+  // waits for it from the latest), due(false) when another stage, done
+  // setting up first, takes the turn instead.
+  using Due = std::function<void(bool)>;
+  Ticket Enqueue(uint32_t device, Give give, bool sets_up = false, Pauser pauser = {},
+                 Due due = {});
 
   // Whether some ticket holds `device`'s turn; tickets waiting for it.
   bool Held(uint32_t device) const;
@@ -105,7 +114,7 @@ class DeviceTurns {
 
  private:
   struct Entry {
-    uint64_t id;
+    uint64_t id = 0;
     Give give;
     bool setting_up = false;
     Give quiet_grant;    // Asked, not yet granted.
@@ -114,11 +123,17 @@ class DeviceTurns {
     bool pausing = false;       // pause() is running.
     bool paused = false;        // Stopped for the holder's quiet.
     bool pause_failed = false;  // Not tried again: waited for instead.
+    bool holding = false;       // Has the turn (then it is first in the queue).
+    Due due;
+    bool due_told = false;      // due(true) said last.
   };
   void Leave(uint32_t device, uint64_t id);
-  // Moves the first entry done setting up (else the first) to the front
-  // and gives it the turn. With mu_ held.
+  // With nobody holding the turn: moves the first entry done setting up to
+  // the front and gives it the turn; none done, gives none and tells the
+  // first in line that its turn is due. With mu_ held.
   static void GiveNext(std::list<Entry>& queue);
+  // Whether an entry of the queue holds the turn (the first, if any).
+  static bool Holding(const std::list<Entry>& queue);
   // While `device`'s holder has asked for its quiet, pauses the stages
   // setting up that can be paused, then grants the quiet if clear. Without
   // mu_ held.

@@ -41,25 +41,27 @@ double MsBetween(Evaluator::Clock::time_point a, Evaluator::Clock::time_point b)
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-// How long a stage held its device's turn: from the turn given to the turn
-// handed over (the judge's 'e', when `hand_over` is on) or, without that,
-// now (the stage's end).
 // A TurnGate timestamp (steady clock nanoseconds) as a time point.
 Evaluator::Clock::time_point AtNs(int64_t ns) {
   return Evaluator::Clock::time_point(std::chrono::nanoseconds(ns));
 }
 
+// How long a stage had its device: from when the device began waiting for
+// it (its set-up, with no other stage ready; else the turn) to the turn
+// handed over (the judge's 'e', when `hand_over` is on) or, without that,
+// now (the stage's end).
 double TurnHeldMs(const TurnGate& gate, bool hand_over) {
   const int64_t done = hand_over ? gate.done_with_device_ns() : 0;
-  return std::max(0.0, MsBetween(AtNs(gate.granted_ns()->load()),
+  return std::max(0.0, MsBetween(AtNs(gate.device_time_from_ns()),
                                  done != 0 ? AtNs(done) : Evaluator::Clock::now()));
 }
 
-// How long the turn, once given, waited for the stage's set-up to end ('r').
+// How long the device, free and due to this stage, waited for its set-up
+// to end: turns go only to stages done setting up (device_turns.h).
 double TurnSetUpWaitMs(const TurnGate& gate) {
-  const int64_t granted = gate.granted_ns()->load(), set_up_done = gate.set_up_done_ns()->load();
-  if (granted == 0 || set_up_done == 0) return 0.0;
-  return std::max(0.0, MsBetween(AtNs(granted), AtNs(set_up_done)));
+  const int64_t granted = gate.granted_ns()->load();
+  if (granted == 0) return 0.0;
+  return std::max(0.0, MsBetween(AtNs(gate.device_time_from_ns()), AtNs(granted)));
 }
 
 std::string ArchList(const HostInfo& host, const std::vector<uint32_t>& gpus) {
@@ -657,6 +659,7 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
       // time_limit_s is the candidate's: it counts once the judge's set-up
       // is over too, which has its own limit (a busy host's slow start).
       placement.set_up_done_ns = gate->set_up_done_ns();
+      placement.turn_due_ns = gate->due_ns();
       placement.set_up_limit = std::chrono::seconds(config_.run_set_up_limit_s());
       // Each stage ahead may run to the longest time limit, plus its probe.
       placement.turn_wait_limit =
@@ -699,7 +702,12 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
             gate_ptr->Give();
           }
         },
-        /*sets_up=*/gate != nullptr, std::move(pauser)));
+        /*sets_up=*/gate != nullptr, std::move(pauser),
+        // First in line on a free device, waiting for its own set-up: its
+        // set-up limit counts from now, as from a turn.
+        [gate_ptr](bool due) {
+          if (gate_ptr) gate_ptr->MarkDue(due);
+        }));
     if (gate) {
       if (auto error = open_notes()) {
         gate_failed(*error);
@@ -714,7 +722,7 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
     }
     double waited_ms = 0;
     if (gate && gate->given()) {
-      waited_ms = std::max(0.0, MsBetween(started, AtNs(gate->granted_ns()->load())));
+      waited_ms = std::max(0.0, MsBetween(started, AtNs(gate->device_time_from_ns())));
       durations->set_device_turn_ms(TurnHeldMs(*gate, config_.hand_over_turn()));
       durations->set_turn_set_up_wait_ms(TurnSetUpWaitMs(*gate));
     }
@@ -739,6 +747,7 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
       // Given at once: the limit counts from this run's set-up's end.
       placement.turn_granted_ns = gate->granted_ns();
       placement.set_up_done_ns = gate->set_up_done_ns();
+      placement.turn_due_ns = gate->due_ns();
       placement.run_again = true;
       metrics_.RecordSetUpAgain(gpu_backend ? std::optional<uint32_t>(slot) : std::nullopt);
       trace.run_cpu_ms += ran.process.cpu_ms;
@@ -752,7 +761,11 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
     durations->set_run_ms(std::max(0.0, run_ms));
     trace.ran = true;
     ApplyRunStage(ran, result, &trace.cause);
-    if (gate && !gate->given() && ran.process.end == ProcessOutcome::End::kTimedOut) {
+    // Timed out waiting for a turn that never came. A stage whose turn was
+    // due (first in line on a free device) and whose set-up ran past its
+    // limit keeps that verdict: the device was waiting on it.
+    if (gate && !gate->given() && gate->due_ns()->load() == 0 &&
+        ran.process.end == ProcessOutcome::End::kTimedOut) {
       result.set_status(v1::INFRA_ERROR);
       result.set_message("the job's run stage waited longer than " +
                          std::to_string(placement.turn_wait_limit.count() / 1000) +

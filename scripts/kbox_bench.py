@@ -395,8 +395,8 @@ def summarise(args, info, records, metrics, baseline, scale_note, baseline_asked
     busy = sum(held_s) / (busy_window_s * slots) if busy_window_s > 0 else None
     # With stages ahead the set-up runs before the job's turn, beside another
     # job's: what the device itself waits for is the turn's start (turn_start).
-    # A turn given before the stage was done setting up waits for that set-up
-    # (kboxd's turn_set_up_wait_ms; absent means none): the device's own
+    # A device free with no stage ready waits for the set-up of the first in
+    # line (kboxd's turn_set_up_wait_ms; absent means none): the device's own
     # share of a job's start is that wait plus turn_start.
     starts = [(float(r["result"]["durations"]["run_phases_ms"]["turn_start"]),
                float(r["result"]["durations"].get("turn_set_up_wait_ms") or 0.0)) for r in done
@@ -517,7 +517,8 @@ def print_summary(s):
                   verdict(up, TARGETS["startup_s"], higher_is_better=False)))
         n, of = s["turns_waiting_on_set_up"]
         waits = s.get("turn_set_up_wait_ms")
-        print("  turns given before their stage was set up: %d of %d%s; turn_start alone p50 %.3f s" % (
+        print("  turns the device waited for, free, while their stage set up: %d of %d%s; "
+              "turn_start alone p50 %.3f s" % (
             n, of, " (waited p50 %.0f ms, p99 %.0f ms)" % waits if waits else "",
             s["turn_start_ms"][0] / 1000.0))
     pc = lambda v: f(None if v is None else 100 * v, "%.0f %%")  # noqa: E731

@@ -58,6 +58,10 @@ struct ProcessSpec {
   // the turn (or fork).
   const std::atomic<int64_t>* set_up_done_ns = nullptr;
   std::chrono::milliseconds set_up_limit{0};
+  // When the turn became due (TurnGate::due_ns): first in line on a free
+  // device, waiting only for its own set-up. set_up_limit counts from the
+  // earlier of that and the turn. Null or 0: from the turn.
+  const std::atomic<int64_t>* turn_due_ns = nullptr;
   // When set, receives the job's process group while its main process runs,
   // withdrawn before the main process is reaped: a stage prepared ahead is
   // paused through it during another job's timing (process_group_pause.h).

@@ -76,12 +76,16 @@ void SuperviseProcess(const ProcessSpec& spec, Clock::time_point start, Fd outpu
     if (!budget_begun) {
       const auto turn = time_of(spec.turn_granted_ns);
       const auto set_up = time_of(spec.set_up_done_ns);
+      // The set-up limit counts from the turn, or from when it became due
+      // (the turn waits for this set-up alone), whichever came first.
+      const auto due = spec.turn_due_ns ? time_of(spec.turn_due_ns) : std::nullopt;
+      const auto clock = turn ? turn : due;
       if (turn && set_up) {
         budget_begun = true;
         deadline = std::max({start, *turn, *set_up}) + spec.wall_limit;
-      } else if (turn && !turn_seen) {
+      } else if (clock && !turn_seen) {
         turn_seen = true;
-        deadline = std::min(deadline, std::max(start, *turn) + before_budget);
+        deadline = std::min(deadline, std::max(start, *clock) + before_budget);
       }
     }
     const auto limit = drain_deadline ? std::min(*drain_deadline, deadline) : deadline;

@@ -99,6 +99,7 @@ ProcessSpec StageRunner::BuildProcessSpec(const JobWorkspace& ws, const std::str
   p.turn_granted_ns = placement.turn_granted_ns;
   p.turn_wait_limit = placement.turn_wait_limit;
   p.set_up_done_ns = placement.set_up_done_ns;
+  p.turn_due_ns = placement.turn_due_ns;
   p.set_up_limit = placement.set_up_limit;
   p.pausable = placement.pausable;
   p.max_output_bytes = settings_.max_output_bytes;

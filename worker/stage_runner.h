@@ -71,6 +71,8 @@ struct StagePlacement {
   // ProcessSpec::set_up_done_ns.
   const std::atomic<int64_t>* set_up_done_ns = nullptr;
   std::chrono::milliseconds set_up_limit{0};
+  // See ProcessSpec::turn_due_ns.
+  const std::atomic<int64_t>* turn_due_ns = nullptr;
   // See ProcessSpec::pausable.
   PausableGroup* pausable = nullptr;
   // The stage runs again in the same workspace (a run stage whose set-up

@@ -111,6 +111,22 @@ void TurnGate::Give() {
   (void)!::write(fd_.get(), &go, 1);
 }
 
+void TurnGate::MarkDue(bool due) {
+  if (!due) {
+    waited_for_since_ns_.store(0);
+    return;
+  }
+  const int64_t now = NowNs();
+  int64_t unset = 0;
+  due_ns_.compare_exchange_strong(unset, now);
+  waited_for_since_ns_.store(now);
+}
+
+int64_t TurnGate::device_time_from_ns() const {
+  const int64_t granted = granted_ns_.load(), since = waited_for_since_ns_.load();
+  return since != 0 && since < granted ? since : granted;
+}
+
 void TurnGate::Withdraw() {
   std::lock_guard lock(mu_);
   if (given() || withdrawn_.load()) return;

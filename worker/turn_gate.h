@@ -58,6 +58,19 @@ class TurnGate {
   // No turn after all: closes kboxd's end. Once only; Give after it, or it
   // after Give, does nothing.
   void Withdraw();
+  // due: the turn is due, i.e. the stage is first in line on a free device
+  // and only its set-up keeps it from the turn (DeviceTurns gives turns
+  // only to stages done setting up); !due: another stage took the turn
+  // first. The first due time is kept, as granted_ns (the set-up limit
+  // counts from it, as from a turn); the device's wait for this set-up runs
+  // from the latest due time unless another stage took the turn since.
+  void MarkDue(bool due);
+  // 0 until the first MarkDue(true).
+  const std::atomic<int64_t>* due_ns() const { return &due_ns_; }
+  // When this job's time on the device began, as granted_ns: the turn, or
+  // earlier, since the device was free and waiting for this stage's set-up
+  // (then the turn came at the set-up's end). 0 until Give.
+  int64_t device_time_from_ns() const;
 
   const std::filesystem::path& path() const { return path_; }
   // 0 until Give.
@@ -80,6 +93,8 @@ class TurnGate {
   Fd wake_r_, wake_w_;  // Wakes the notes' reader to stop.
   std::thread notes_reader_;
   std::atomic<int64_t> granted_ns_{0};
+  std::atomic<int64_t> due_ns_{0};
+  std::atomic<int64_t> waited_for_since_ns_{0};
   std::atomic<int64_t> set_up_done_ns_{0};
   std::atomic<int64_t> done_with_device_ns_{0};
   std::atomic<bool> withdrawn_{false};

@@ -151,7 +151,7 @@ def test_the_turns_share_of_start_up_is_reported_beside_the_set_up():
     turn = [line for line in lines if "on its device's turn (the turn waiting" in line]
     assert set_up and "NOT met" in set_up[0]
     assert turn and "p50 0.020 s" in turn[0] and "[target <= 0.5 s: met]" in turn[0]
-    assert any("turns given before their stage was set up: 0 of 1;" in line for line in lines)
+    assert any("turns the device waited for, free, while their stage set up: 0 of 1;" in line for line in lines)
 
 
 def test_a_turn_given_during_set_up_counts_its_wait_in_the_devices_start():
@@ -167,7 +167,7 @@ def test_a_turn_given_during_set_up_counts_its_wait_in_the_devices_start():
     with contextlib.redirect_stdout(out):
         bench.print_summary(s)
     text = out.getvalue()
-    assert "turns given before their stage was set up: 1 of 2 (waited p50 700 ms" in text
+    assert "turns the device waited for, free, while their stage set up: 1 of 2 (waited p50 700 ms" in text
 
 
 def test_start_up_is_not_measured_without_phases():

@@ -68,15 +68,44 @@ TEST(DeviceTurnsTest, TheTurnGoesToAStageDoneSettingUpBeforeOneStillSettingUp) {
   EXPECT_EQ(log, (std::vector<std::string>{"a", "c", "b", "d"}));
 }
 
-TEST(DeviceTurnsTest, WithNoStageDoneSettingUpTheFirstInLineGetsTheTurn) {
+// With no stage done setting up, the device stays free: the turn goes to
+// the first to be done, not to the first in line, which would hold the
+// device idle through its CUDA start.
+TEST(DeviceTurnsTest, WithNoStageDoneSettingUpTheTurnWaitsForTheFirstDone) {
   DeviceTurns turns;
   std::vector<std::string> log;
   std::optional<DeviceTurns::Ticket> a(turns.Enqueue(0, [&] { log.push_back("a"); }));
   std::optional<DeviceTurns::Ticket> b(turns.Enqueue(0, [&] { log.push_back("b"); }, true));
   std::optional<DeviceTurns::Ticket> c(turns.Enqueue(0, [&] { log.push_back("c"); }, true));
   a.reset();
-  EXPECT_EQ(log, (std::vector<std::string>{"a", "b"}));
-  EXPECT_TRUE(b->holds());
+  EXPECT_EQ(log, std::vector<std::string>{"a"});
+  EXPECT_FALSE(turns.Held(0));
+  EXPECT_FALSE(b->holds());
+  EXPECT_EQ(turns.Waiting(0), 2u);
+  c->SetUpDone();
+  EXPECT_EQ(log, (std::vector<std::string>{"a", "c"}));
+  EXPECT_TRUE(c->holds());
+  b->SetUpDone();  // The device is c's: b waits.
+  EXPECT_EQ(log, (std::vector<std::string>{"a", "c"}));
+  c.reset();
+  EXPECT_EQ(log, (std::vector<std::string>{"a", "c", "b"}));
+}
+
+// A stage set up ahead on a free device gets its turn when its set-up ends,
+// and a stage that does not set up, queued meanwhile, gets it at once.
+TEST(DeviceTurnsTest, OnAFreeDeviceAStageSettingUpGetsTheTurnWhenItIsDone) {
+  DeviceTurns turns;
+  std::vector<std::string> log;
+  std::optional<DeviceTurns::Ticket> a(turns.Enqueue(0, [&] { log.push_back("a"); }, true));
+  EXPECT_TRUE(log.empty());
+  EXPECT_FALSE(turns.Held(0));
+  std::optional<DeviceTurns::Ticket> b(turns.Enqueue(0, [&] { log.push_back("b"); }));
+  EXPECT_EQ(log, std::vector<std::string>{"b"});
+  a->SetUpDone();
+  EXPECT_EQ(log, std::vector<std::string>{"b"});
+  b.reset();
+  EXPECT_EQ(log, (std::vector<std::string>{"b", "a"}));
+  EXPECT_TRUE(a->holds());
 }
 
 TEST(DeviceTurnsTest, HandingOverGivesTheTurnToAStageDoneSettingUpFirst) {
@@ -89,6 +118,41 @@ TEST(DeviceTurnsTest, HandingOverGivesTheTurnToAStageDoneSettingUpFirst) {
   EXPECT_EQ(log, (std::vector<std::string>{"a", "c"}));
   EXPECT_TRUE(c->holds());
   EXPECT_FALSE(b->holds());
+}
+
+// The first in line on a free device, waiting only for its own set-up, is
+// told its turn is due (its set-up limit counts from then), once, and only
+// while nobody holds the device; told it is not when a stage behind it,
+// done setting up first, takes the turn instead.
+TEST(DeviceTurnsTest, TheTurnIsDueForTheFirstInLineOnAFreeDevice) {
+  DeviceTurns turns;
+  std::vector<std::string> log;
+  const auto stage = [&](const std::string& name) {
+    return turns.Enqueue(0, [&log, name] { log.push_back("turn " + name); }, true, {},
+                         [&log, name](bool due) { log.push_back((due ? "due " : "not due ") + name); });
+  };
+  std::optional<DeviceTurns::Ticket> a(stage("a"));
+  std::optional<DeviceTurns::Ticket> b(stage("b"));
+  EXPECT_EQ(log, std::vector<std::string>{"due a"});
+  a->SetUpDone();
+  b->SetUpDone();
+  EXPECT_EQ(log, (std::vector<std::string>{"due a", "turn a"}));
+  std::optional<DeviceTurns::Ticket> c(stage("c"));
+  std::optional<DeviceTurns::Ticket> d(stage("d"));
+  std::optional<DeviceTurns::Ticket> e(stage("e"));
+  a.reset();  // b is done: its turn, and no due for c while b holds it.
+  EXPECT_EQ(log, (std::vector<std::string>{"due a", "turn a", "turn b"}));
+  b.reset();
+  EXPECT_EQ(log, (std::vector<std::string>{"due a", "turn a", "turn b", "due c"}));
+  d->SetUpDone();  // Done before c: c is passed over.
+  EXPECT_EQ(log, (std::vector<std::string>{"due a", "turn a", "turn b", "due c", "not due c", "turn d"}));
+  d.reset();
+  EXPECT_EQ(log.back(), "due c");
+  c.reset();  // Gone before its set-up ended: the next in line is due.
+  EXPECT_EQ(log.back(), "due e");
+  e->SetUpDone();
+  EXPECT_EQ(log.back(), "turn e");
+  EXPECT_EQ(log.size(), 9u);
 }
 
 // A stage that ended before its turn (its set-up failed) leaves the queue
@@ -136,7 +200,7 @@ TEST(DeviceTurnsTest, QuietWaitsForStagesSettingUp) {
 TEST(DeviceTurnsTest, QuietIsGrantedAtOnceWhenNothingSetsUp) {
   DeviceTurns turns;
   int granted = 0;
-  const auto a = turns.Enqueue(0, [] {}, true);
+  const auto a = ReadyStage(turns);
   const auto b = turns.Enqueue(0, [] {}, false);  // Not prepared ahead.
   a.AskQuiet([&] { ++granted; });
   EXPECT_EQ(granted, 1);
@@ -297,7 +361,8 @@ TEST(DeviceTurnsTest, HandingOverIsTheHoldersOnly) {
 }
 
 // A quiet its holder did not end (no 'd') ends when it hands over, as when
-// it leaves: the stages it paused continue.
+// it leaves: the stages it paused continue, and the one still setting up
+// gets the turn once it is done.
 TEST(DeviceTurnsTest, HandingOverEndsTheHoldersQuiet) {
   DeviceTurns turns;
   std::vector<std::string> log;
@@ -307,7 +372,9 @@ TEST(DeviceTurnsTest, HandingOverEndsTheHoldersQuiet) {
                                                      b_stage.Pauser()));
   a->AskQuiet([&] { log.push_back("quiet a"); });
   a->HandOver();
-  EXPECT_EQ(log, (std::vector<std::string>{"pause b", "quiet a", "turn b", "resume b"}));
+  EXPECT_EQ(log, (std::vector<std::string>{"pause b", "quiet a", "resume b"}));
+  b->SetUpDone();
+  EXPECT_EQ(log, (std::vector<std::string>{"pause b", "quiet a", "resume b", "turn b"}));
 }
 
 // A stage that queues while the holder's quiet is asked but not granted

@@ -448,5 +448,27 @@ TEST(ProcessRunnerTest, SetUpThatNeverEndsIsKilledAtTheSetUpLimit) {
   EXPECT_LT(out.wall_ms, 4000);  // Not the wall limit's 5 s on top.
 }
 
+// Turns go only to stages done setting up (daemon/device_turns.h): a stage
+// first in line on a free device has its turn due, not given, and its
+// set-up limit counts from then, as it would from the turn.
+TEST(ProcessRunnerTest, SetUpLimitCountsFromTheTurnBeingDue) {
+  SetUpStage stage("30", 5000ms, 600ms);
+  stage.granted.store(0);  // Never given: it never finishes setting up.
+  std::atomic<int64_t> due{0};
+  stage.spec.turn_due_ns = &due;
+  stage.spec.turn_wait_limit = 20s;
+  std::thread marker([&] {
+    std::this_thread::sleep_for(300ms);
+    due.store(SteadyNowNs());
+  });
+  const ProcessOutcome out = stage.Run(std::nullopt);
+  marker.join();
+  EXPECT_EQ(out.end, ProcessOutcome::End::kTimedOut);
+  EXPECT_TRUE(out.timed_out_setting_up);
+  EXPECT_EQ(out.expired_limit, 600ms);
+  EXPECT_GE(out.wall_ms, 850);
+  EXPECT_LT(out.wall_ms, 4000);  // Not the turn's 20 s wait limit.
+}
+
 }  // namespace
 }  // namespace kbox
