@@ -260,19 +260,9 @@ def main():
     if not paths:
         p.error("no candidates: pass files, --few-shot, --corpus, --cpu-bench or --cuda-bench")
 
+    if args.throughput and args.throughput not in ("plain", "light", "kbox", "pch"):
+        p.error("--throughput: one of plain, light, kbox, pch")
     modes = ["plain", "light", "kbox"] + (["pch"] if args.pch else [])
-    if args.throughput:
-        if args.throughput not in ("plain", "light", "kbox", "pch"):
-            p.error("--throughput: one of plain, light, kbox, pch")
-        pch_dir = (_build_pch(args.python, tempfile.mkdtemp(prefix="kbox-compile-bench-pch-"))
-                   if args.throughput == "pch" else "")
-        try:
-            if args.profile:
-                os.makedirs(args.profile, exist_ok=True)
-            return _throughput(args.throughput, paths, args.python, pch_dir, args.jobs, args.profile)
-        finally:
-            if pch_dir:
-                shutil.rmtree(os.path.dirname(pch_dir), ignore_errors=True)
     if args.modes:
         asked = args.modes.split(",")
         if "pch" in asked and not args.pch:
@@ -281,8 +271,20 @@ def main():
     if args.profile:
         os.makedirs(args.profile, exist_ok=True)
     pch_dir = ""
-    if args.pch:
+    if args.pch or args.throughput == "pch":
         pch_dir = _build_pch(args.python, tempfile.mkdtemp(prefix="kbox-compile-bench-pch-"))
+    try:
+        if args.throughput:
+            return _throughput(args.throughput, paths, args.python, pch_dir, args.jobs, args.profile)
+        return _compare(args, paths, modes, pch_dir)
+    finally:
+        if pch_dir:
+            shutil.rmtree(os.path.dirname(pch_dir), ignore_errors=True)  # ~760 MB
+
+
+def _compare(args, paths, modes, pch_dir):
+    """Each candidate in every mode, plain first: one line per candidate with
+    the medians and ratios, then their geometric means."""
     print("# %d candidate(s), %d cold build(s) per mode; seconds, median; ratio = plain/mode" %
           (len(paths), args.rounds), flush=True)
     head = "%-40s" % "candidate"
@@ -338,8 +340,6 @@ def main():
         for (path, mode), tag, future in zip(order, tags, futures):
             print(_profile_line(os.path.relpath(path, os.path.dirname(os.path.dirname(path))), mode,
                                 future.result(), args.profile, tag))
-    if pch_dir:
-        shutil.rmtree(os.path.dirname(pch_dir), ignore_errors=True)  # ~760 MB
     for mode, (r_wall, r_cpu) in ratios.items():
         if r_wall:
             print("# geometric mean plain/%s over %d candidate(s): wall %.2f, cpu %.2f" % (

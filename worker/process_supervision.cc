@@ -63,7 +63,9 @@ void SuperviseProcess(const ProcessSpec& spec, Clock::time_point start, Fd outpu
   const auto before_budget = reports_set_up ? spec.set_up_limit : spec.wall_limit;
   auto deadline = start + spec.turn_wait_limit + before_budget;
   bool budget_begun = false;
-  bool turn_seen = spec.turn_granted_ns == nullptr;
+  // Whether the set-up limit has begun to count (at the turn, or when it
+  // became due); without a turn, from the start.
+  bool set_up_clock_started = spec.turn_granted_ns == nullptr;
   // Withdrawn before every reap: once reaped, the group's number may be reused.
   if (spec.pausable) spec.pausable->Publish(main.group);
   const auto reap = [&] {
@@ -83,8 +85,8 @@ void SuperviseProcess(const ProcessSpec& spec, Clock::time_point start, Fd outpu
       if (turn && set_up) {
         budget_begun = true;
         deadline = std::max({start, *turn, *set_up}) + spec.wall_limit;
-      } else if (clock && !turn_seen) {
-        turn_seen = true;
+      } else if (clock && !set_up_clock_started) {
+        set_up_clock_started = true;
         deadline = std::min(deadline, std::max(start, *clock) + before_budget);
       }
     }

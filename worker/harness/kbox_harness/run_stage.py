@@ -555,7 +555,7 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         except Exception:  # noqa: BLE001  (the turn then passes at the stage's end)
             return False
         finally:
-            self.phase_ms["hand_over"] = self.phase_ms.get("hand_over", 0.0) + timing.now_ms() - t0
+            self._summed("hand_over", t0)
 
     def _timing_alone(self, measure):
         """Runs measure() with the device to this stage alone: no stage
