@@ -23,3 +23,5 @@ py.tensor-method-compute       suspicious # x.softmax() is the library's softmax
 py.try-fallback                suspicious # an except branch can fall back to PyTorch (H3)
 run.kernel-not-launched        suspicious # tolerated passthrough may leave the own kernel unlaunched; reported (H2)
 run.library-compute            suspicious # the op trace sees passthrough the text hides, C++ ATen calls included (H1)
+run.native-library-compute     suspicious # the built library imports ATen compute or vendor BLAS: a passthrough (H1)
+run.native-thread              suspicious # a thread in the built library can finish the work after the clock stops (H8)

@@ -2,6 +2,7 @@
 # common in honest kernels; docs/anticheat.md gives each rule's rationale.
 # It names every rule, so a new rule cannot slip in ungraded (a test checks).
 cpp.aten-compute               reject     # the extension must compute, not call ATen's kernels (H1)
+cpp.dispatcher                 reject     # ops looked up, redispatched or registered by name, or the probe's dispatch keys read (H1, H2)
 cpp.dynamic-loading            reject     # code loaded at run time was never checked
 cpp.graph-capture              reject     # a replayed graph runs what was recorded, whatever the input (H22)
 cpp.include-path               reject     # compile diagnostics would echo host files (compile-time disclosure)
@@ -39,6 +40,7 @@ py.tensor-subclass             reject     # a tensor subclass can defer or fake 
 py.try-fallback                reject     # an except branch can fall back to PyTorch (H3)
 py.unparseable                 reject     # what kbox cannot read it cannot vouch for
 py.unresolved-extension-source reject     # C++ kbox cannot read cannot be checked
+run.background-work            reject     # CPU used between calls or while the judge works slows the reference or finishes late (H26, H8)
 run.below-physical-floor       suspicious # below moving its data once; a candidate may skip reading inputs, so reported (H20)
 run.degenerate-problem         info       # reported: the candidate was judged at the tightened tolerance
 run.forbidden-call             reject     # ctypes, processes, sockets, gc and files outside scratch reach past the job (H25, H21)
@@ -46,6 +48,11 @@ run.harness-tampering          reject     # patched timers and comparisons (H12)
 run.input-mutation             reject     # zeroed or rewritten inputs fool a checker that runs the reference after (H6)
 run.kernel-not-launched        reject     # a kernel compiled but never launched is a decoy; forward did the work another way (H2)
 run.library-compute            reject     # the op trace sees passthrough the text hides, C++ ATen calls included (H1)
+run.native-dispatcher          reject     # the built library imports the dispatcher's lookup, redispatch, registration or key TLS (H1, H2)
+run.native-forbidden-call      reject     # the built library imports loading, processes, signals, limits, syscalls, files or sockets (H25)
+run.native-library-compute     reject     # the built library imports ATen compute, BLAS/LAPACK or cuBLAS/cuDNN (H1)
+run.native-thread              reject     # the built library imports thread creation: work can outlive the timed call (H8)
+run.native-unreadable          reject     # a built library kbox cannot parse cannot be vouched for
 run.nondeterministic           reject     # races and reads of uninitialised memory that pass by luck (H19)
 run.output-contract            reject     # lazy tensors, subclasses and aliased outputs lie to the comparison (H9)
 run.thread-started             reject     # a thread can finish the work after the clock stops (H8)

@@ -38,6 +38,8 @@ struct Function {
   std::string_view cls;          // Enclosing class; empty for module functions.
   bool lambda = false;
   bool returns_extension = false;  // `return load_inline(...)`: a loader helper.
+  std::vector<std::string_view> params;  // In order; a method's first is its self (or cls).
+  bool is_static = false;                // @staticmethod: no self.
   Scope locals;
   std::set<std::string_view, std::less<>> declared_global;
 };
@@ -198,6 +200,47 @@ class Analyzer {
 
   bool InComparison(uint32_t i) const;
 
+  // Triton's tl.dot on fp32 inputs runs in TF32 unless asked for IEEE.
+  void RuleTritonDot(uint32_t i, uint32_t open, uint32_t limit, const std::string& q);
+
+  // ---- whose objects ---------------------------------------------------------
+  // The name at the head of a chain is the method's self (or cls, or the ctx
+  // of a torch.autograd.Function's static forward/backward).
+  bool IsSelf(std::string_view head, const Function* fn) const;
+  // `head` provably holds the candidate's own object: self, an instance of
+  // its own class or of a library class it built, a literal container, its
+  // own function or extension. A parameter, a loop variable or a name bound
+  // to something kbox cannot place may hold a module or a class.
+  bool OwnObject(std::string_view head, const Function* fn) const;
+  // `self.mod.mul` where `self.mod = torch`: the qualified name it stands
+  // for ("torch.mul"), or empty.
+  std::string QualifyThroughSelf(const std::vector<std::string_view>& parts, const Function* fn) const;
+  // Attribute stores, setattr and del on objects that are not provably the
+  // candidate's own (py.patch-library).
+  void RulePatchTarget(uint32_t a, uint32_t end, uint32_t b, const std::vector<std::string_view>& parts,
+                       Function* fn, std::string_view verb);
+
+  // ---- library layers ---------------------------------------------------------
+  // The binding is a torch.nn layer (or a candidate class that only inherits
+  // one, with no forward of its own).
+  bool IsLayerBinding(const Binding& b) const;
+  std::string LayerNameOf(const Binding& b) const;
+  // How many leading parts of the chain name a library layer (`self.fc`: 2,
+  // `layer`: 1), or 0; `*what` is its class.
+  size_t LayerPrefix(const std::vector<std::string_view>& parts, const Function* fn, std::string* what) const;
+  // The expression [a, b) is a library layer.
+  bool IsLayerExpression(uint32_t a, uint32_t b, const Function* fn, std::string* what) const;
+  // A class among the candidate's with a torch.nn layer among its bases.
+  bool HasLayerBase(const Class* c, size_t depth, std::string* what) const;
+  void RuleLayerCall(uint32_t i, uint32_t end, const std::vector<std::string_view>& parts, Function* fn);
+  // Records that Class.attr holds library layers when [a, b) builds one.
+  void NoteLayerContainer(std::string_view cls, std::string_view attr, uint32_t a, uint32_t b, const Function* fn);
+  // The library layer class the candidate's container Class.attr holds, or empty.
+  std::string ContainedLayer(std::string_view cls, std::string_view attr, size_t depth) const;
+  // A binding the candidate made itself: its function, class, extension,
+  // text, or an object it built.
+  static bool OwnBinding(const Binding& b);
+
   // ---- whole-module verdicts --------------------------------------------------
   void EntryRules();
 
@@ -216,6 +259,7 @@ class Analyzer {
   std::vector<std::unique_ptr<Function>> functions_;
   std::map<std::string_view, Function*, std::less<>> module_functions_;
   std::map<std::string_view, std::unique_ptr<Class>, std::less<>> classes_;
+  std::map<std::string, std::string> layer_containers_;  // "Class.attr" -> the library layer it holds.
   std::map<const Function*, std::pair<uint32_t, uint32_t>> lambda_ranges_;
   std::map<uint32_t, Function*> lambda_by_value_;
   std::set<std::string_view, std::less<>> forward_self_writes_;  // self.X assigned in reached code.      // Lambda's first token -> it.

@@ -176,9 +176,18 @@ void Analyzer::Collect(const PyStmt& s, Class* cls, Function* fn) {
       for (const Arg& a : Args(n + 1, close)) {
         uint32_t p = a.begin;
         while (p < a.end && (IsOp(p, "*") || IsOp(p, "**"))) ++p;
-        if (IsName(p)) f->locals[t_[p].text] = Binding{};
-        if (!a.keyword.empty()) f->locals[a.keyword] = Binding{};
+        if (IsName(p)) {
+          f->locals[t_[p].text] = Binding{};
+          f->params.push_back(t_[p].text);
+        }
+        if (!a.keyword.empty()) {
+          f->locals[a.keyword] = Binding{};
+          f->params.push_back(a.keyword);
+        }
       }
+    }
+    for (const PyStmt& d : s.decorators) {
+      if (IsName(d.begin + 1) && t_[d.begin + 1].text == "staticmethod") f->is_static = true;
     }
     Function* raw = f.get();
     functions_.push_back(std::move(f));
@@ -219,7 +228,27 @@ void Analyzer::Collect(const PyStmt& s, Class* cls, Function* fn) {
   if (s.keyword == "for" || s.keyword == "with" || s.keyword == "except") {
     for (uint32_t i = s.begin; i < s.end; ++i) {
       if ((t_[i].IsName("as") || t_[i].IsName("for")) && IsName(i + 1)) {
-        ScopeOf(cls, fn)[t_[i + 1].text] = Binding{};
+        Binding b;
+        // `for p in self.parameters():` iterates the candidate's own objects.
+        uint32_t in = i + 2;
+        while (in < s.end && !t_[in].IsName("in") && !IsOp(in, ":")) ++in;
+        if (t_[i].IsName("for") && in + 1 < s.end && t_[in].IsName("in") && IsName(in + 1) &&
+            IsSelf(t_[in + 1].text, fn)) {
+          b.instance_of = "element";
+          // `for layer in self.layers:`: an element of the container.
+          if (IsOp(in + 2, ".") && IsName(in + 3) && IsOp(in + 4, ":")) {
+            b.instance_of = "element-of:" + std::string(fn->cls) + "." + std::string(t_[in + 3].text);
+          }
+        }
+        // `for i, layer in enumerate(self.layers):`: the second name.
+        if (t_[i].IsName("for") && IsOp(i + 2, ",") && IsName(i + 3) && in == i + 4 && t_[in].IsName("in") &&
+            t_[in + 1].IsName("enumerate") && IsOp(in + 2, "(") && IsName(in + 3) && IsSelf(t_[in + 3].text, fn) &&
+            IsOp(in + 4, ".") && IsName(in + 5) && IsOp(in + 6, ")")) {
+          Binding e;
+          e.instance_of = "element-of:" + std::string(fn->cls) + "." + std::string(t_[in + 5].text);
+          ScopeOf(cls, fn)[t_[i + 3].text] = e;
+        }
+        ScopeOf(cls, fn)[t_[i + 1].text] = b;
       }
     }
   }
@@ -296,6 +325,44 @@ void Analyzer::CollectSimple(const PyStmt& s, Class* cls, Function* fn) {
   }
   // Assignments: every top-level '=' separates a target from what follows.
   auto eqs = Split(s.begin, s.end, "=");
+  // `self.layers.append(nn.Linear(...))`: a container of library layers.
+  if (eqs.size() < 2 && fn && !fn->cls.empty() && t_[s.begin].IsName("self") && IsOp(s.begin + 1, ".") &&
+      IsName(s.begin + 2) && IsOp(s.begin + 3, ".") && IsName(s.begin + 4) && IsOp(s.begin + 5, "(")) {
+    const std::string_view m = t_[s.begin + 4].text;
+    if (m == "append" || m == "extend" || m == "insert" || m == "add_module" || m == "register_module" ||
+        m == "update") {
+      NoteLayerContainer(fn->cls, t_[s.begin + 2].text, s.begin + 5, s.end, fn);
+    }
+  }
+  // Attributes made by a call: self.register_buffer("scale", t),
+  // setattr(self, "lib", torch). The value is classified like `self.X = v`.
+  if (eqs.size() < 2 && fn && !fn->cls.empty() && !fn->params.empty()) {
+    uint32_t open = 0;
+    if (t_[s.begin].IsName(fn->params[0]) && IsOp(s.begin + 1, ".") && IsName(s.begin + 2) &&
+        IsOp(s.begin + 3, "(")) {
+      const std::string_view m = t_[s.begin + 2].text;
+      if (m == "register_buffer" || m == "register_parameter" || m == "add_module" || m == "register_module") {
+        open = s.begin + 3;
+      }
+    }
+    if (t_[s.begin].IsName("setattr") && IsOp(s.begin + 1, "(") && t_[s.begin + 2].IsName(fn->params[0]) &&
+        IsOp(s.begin + 3, ",")) {
+      open = s.begin + 1;
+    }
+    if (open) {
+      const auto args = Args(open, Close(open, s.end));
+      const size_t name_at = t_[s.begin].IsName("setattr") ? 1 : 0;
+      if (args.size() > name_at + 1 && args[name_at].end == args[name_at].begin + 1) {
+        if (auto name = LiteralString(args[name_at].begin, args[name_at].end)) {
+          if (auto c = classes_.find(fn->cls); c != classes_.end()) {
+            Binding v = ClassifyValue(args[name_at + 1].begin, args[name_at + 1].end, fn, &s);
+            auto& slot = c->second->attrs[*lit_store_.insert(*name).first];
+            if (slot.kind != Bind::kExtension) slot = v;
+          }
+        }
+      }
+    }
+  }
   if (eqs.size() < 2) {
     // Annotated assignment without value, or an augmented one: no new alias.
     if (IsName(s.begin) && (IsOp(s.begin + 1, ":") || IsAugOp(s.begin + 1))) {
@@ -327,8 +394,26 @@ void Analyzer::CollectSimple(const PyStmt& s, Class* cls, Function* fn) {
           // The strongest fact wins: an attribute that ever holds the
           // extension counts as the extension.
           if (slot.kind != Bind::kExtension) slot = v;
+          // nn.ModuleList([nn.Linear(...) ...]), nn.Sequential(nn.Linear(...)).
+          if (v.instance_of == "torch.nn.ModuleList" || v.instance_of == "torch.nn.ModuleDict" ||
+              v.instance_of == "torch.nn.Sequential" || v.instance_of == "torch.nn.modules.container.ModuleList") {
+            NoteLayerContainer(fn->cls, t_[a + 2].text, va, vb, fn);
+          }
         }
       }
+    }
+  }
+}
+
+void Analyzer::NoteLayerContainer(std::string_view cls, std::string_view attr, uint32_t a, uint32_t b,
+                                  const Function* fn) {
+  for (uint32_t i = a; i < b; ++i) {
+    if (!IsName(i) || IsOp(i - 1, ".")) continue;
+    uint32_t end = 0;
+    const std::string q = Qualify(Chain(i, b, &end), fn);
+    if (IsLibraryLayer(q) && q != "torch.nn.ModuleList" && q != "torch.nn.ModuleDict") {
+      layer_containers_.emplace(std::string(cls) + "." + std::string(attr), q);
+      return;
     }
   }
 }

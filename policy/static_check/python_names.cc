@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <string>
 
 namespace kbox::static_check {
 namespace {
@@ -102,7 +103,14 @@ constexpr auto kOsProcessCalls = std::to_array<std::string_view>({
 
 constexpr auto kSysIntrospection = std::to_array<std::string_view>({
     "sys._getframe", "sys._current_frames", "sys.modules", "sys.settrace", "sys.setprofile",
-    "sys.meta_path", "sys.path_hooks", "sys.addaudithook"});
+    "sys.meta_path", "sys.path_hooks", "sys.addaudithook", "sys.gettrace", "sys.getprofile", "sys.monitoring",
+    "sys._current_exceptions", "threading.gettrace", "threading.getprofile"});
+
+// Profiler state the run stage's probes set: whether forward is being
+// watched. Annotations (record_function) say nothing about it.
+constexpr auto kProfilerModules = std::to_array<std::string_view>({
+    "torch.profiler", "torch.autograd.profiler", "torch.autograd.profiler_util", "torch.autograd.profiler_legacy",
+    "torch._C._profiler", "torch._C._autograd", "torch._C._kineto", "torch.cuda.profiler"});
 
 constexpr auto kLowPrecision = std::to_array<std::string_view>({
     "torch.float16", "torch.half", "torch.bfloat16", "torch.float8_e4m3fn", "torch.float8_e5m2",
@@ -131,12 +139,43 @@ constexpr auto kComputeMethods = std::to_array<std::string_view>({
     "reciprocal", "remainder", "fmod", "sort", "topk", "kthvalue", "median", "mode", "round",
     "floor", "ceil", "trunc", "sign", "triu", "tril", "max", "min", "maximum", "minimum",
     "layer_norm", "group_norm", "batch_norm", "dropout", "linear", "__matmul__", "__rmatmul__",
-    "__imatmul__"});
+    "__imatmul__", "addr", "clamp_min", "clamp_max", "cross", "inverse", "pinverse", "matrix_power",
+    "matrix_exp", "cholesky", "logdet", "slogdet", "logaddexp", "hypot", "atan2", "asin", "acos", "atan",
+    "sinh", "cosh", "erfinv", "lgamma", "digamma", "xlogy", "histc", "bincount", "cdist"});
 
 constexpr auto kIntrospectionAttributes = std::to_array<std::string_view>({
     "f_back", "f_locals", "f_globals", "f_builtins", "f_code", "tb_frame", "tb_next", "gi_frame",
     "cr_frame", "ag_frame", "__globals__", "__subclasses__", "__builtins__", "__dict__",
     "__getattribute__", "__code__", "__closure__", "__mro__", "__bases__", "__base__", "__self__"});
+
+// Lower-case copy, for substring tests on names of mixed case.
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  return out;
+}
+
+// The dispatcher's thread-local state and the probes' own state, read from
+// Python: torch._C._dispatch_tls_is_dispatch_key_included(DispatchKey.Python),
+// torch._C._get_dispatch_mode, torch._C._is_torch_function_mode_enabled,
+// torch.autograd.profiler._is_profiler_enabled... A candidate that reads them
+// can tell the run stage's TorchDispatchMode or profiler from a timed call.
+bool IsProbeState(std::string_view q) {
+  if (Under(q, "torch.autograd._profiler_enabled")) return true;
+  for (std::string_view m : kProfilerModules) {
+    // The module itself (`from torch.profiler import record_function`) reads nothing.
+    if (Under(q, m)) return q != m && !q.ends_with(".record_function");
+  }
+  if (!Under(q, "torch._C") || q == "torch._C") return false;
+  const std::string rest = Lower(q.substr(std::string_view("torch._C.").size()));
+  for (std::string_view w : {"dispatch", "torch_function", "torchfunction", "function_mode", "function_stack",
+                             "mode", "profiler", "tls", "python_key", "pythonkey"}) {
+    if (rest.find(w) != std::string::npos) return true;
+  }
+  return false;
+}
 
 }  // namespace
 
@@ -188,6 +227,7 @@ std::string_view RuleForQualifiedName(std::string_view q) {
       Under(q, "torch._C.TensorBase")) {
     return "py.tensor-subclass";
   }
+  if (IsProbeState(q)) return "py.evaluator-access";
   return {};
 }
 
@@ -223,7 +263,16 @@ bool IsLibraryLayer(std::string_view q) {
   return !In(kLayerExceptions, rest) && !rest.empty() && rest[0] >= 'A' && rest[0] <= 'Z';
 }
 
-bool IsComputeMethod(std::string_view name) { return In(kComputeMethods, name); }
+bool IsComputeMethod(std::string_view name) {
+  if (In(kComputeMethods, name)) return true;
+  // In-place variants count as their base op: x.addmm_(a, b), x.clamp_min_(0).
+  return name.size() > 2 && name.back() == '_' && name.front() != '_' &&
+         In(kComputeMethods, name.substr(0, name.size() - 1));
+}
+
+bool IsLayerCallName(std::string_view name) {
+  return name == "forward" || name == "__call__" || name == "_call_impl" || name == "_wrapped_call_impl";
+}
 
 bool IsIntrospectionAttribute(std::string_view name) { return In(kIntrospectionAttributes, name); }
 
@@ -231,7 +280,8 @@ bool IsLowPrecisionName(std::string_view q) {
   for (auto p : kLowPrecision) {
     if (Under(q, p)) return true;
   }
-  return false;
+  // Triton's 8-bit floats under any of their names (float8e4nv, float8e5b16...).
+  return Under(q, "triton.language") && q.find(".float8") != std::string_view::npos;
 }
 
 std::string_view RuleForBuiltinCall(std::string_view name) {

@@ -26,8 +26,13 @@ bool IsLibraryCompute(std::string_view qual);
 // nn.Parameter are not layers.
 bool IsLibraryLayer(std::string_view qual);
 
-// True for tensor methods that compute (x.softmax(), x.exp(), x.sum()).
+// True for tensor methods that compute (x.softmax(), x.exp(), x.sum()), and
+// their in-place variants (x.addmm_(a, b)).
 bool IsComputeMethod(std::string_view name);
+
+// The names that run a module: layer.forward(x), layer.__call__(x),
+// layer._call_impl(x).
+bool IsLayerCallName(std::string_view name);
 
 // Attribute names that reach into frames, code objects or the interpreter.
 bool IsIntrospectionAttribute(std::string_view name);

@@ -1,5 +1,7 @@
 #include "policy/static_check/python_rules.h"
 
+#include <algorithm>
+
 #include "policy/static_check/python_analyzer.h"
 #include "policy/static_check/python_names.h"
 #include "policy/static_check/rule_catalog.h"
@@ -145,6 +147,16 @@ void Analyzer::RuleSimple(const PyStmt& s, Function* fn) {
       const auto parts = Chain(i, s.end, &end);
       if (parts.size() > 1 && !Qualify(parts, fn).empty()) {
         Add("py.patch-library", i, "deletes " + Qualify(parts, fn) + " from a module kbox relies on");
+      } else if (parts.size() > 1 || IsOp(end, "(") || IsOp(end, "[")) {
+        uint32_t stop = end;
+        int depth = 0;
+        while (stop < s.end && (depth > 0 || !IsOp(stop, ","))) {
+          if (IsOp(stop, "(") || IsOp(stop, "[") || IsOp(stop, "{")) ++depth;
+          if (IsOp(stop, ")") || IsOp(stop, "]") || IsOp(stop, "}")) --depth;
+          ++stop;
+        }
+        RulePatchTarget(i, end, stop, parts, fn, "deletes");
+        end = stop;
       }
       i = end;
     }
@@ -195,7 +207,11 @@ void Analyzer::RuleTarget(uint32_t a, uint32_t b, bool augmented, uint32_t value
     } else if (head && head->kind == Bind::kClass) {
       Add("py.dynamic-code", a, "rebinds " + std::string(parts[0]) + "." + std::string(parts[1]) +
                                     " after the class is defined");
+    } else {
+      RulePatchTarget(a, end, b, parts, fn, "assigns to");
     }
+  } else if (IsOp(end, "(") || IsOp(end, "[")) {
+    RulePatchTarget(a, end, b, parts, fn, "assigns to");
   }
   // State carried between forward calls.
   if (!reached) return;
@@ -267,6 +283,32 @@ void Analyzer::ScanCode(uint32_t a, uint32_t b, Function* fn, bool reached) {
       // A method called on an expression: `(a * b).sum()`.
       if (t.text == "." && i > a && (IsOp(i - 1, ")") || IsOp(i - 1, "]")) && IsName(i + 1)) {
         RuleMethod(i + 1, b, fn, reached, /*receiver_known=*/ReturnsExtension(i - 1, a, fn));
+        if (reached && IsOp(i - 1, ")") && IsLayerCallName(t_[i + 1].text)) {
+          // type(self.fc).forward(self.fc, x); super().forward(x) in a subclass of a layer.
+          uint32_t open = i - 1;
+          for (int depth = 0; open-- > a;) {
+            if (IsOp(open, ")")) ++depth;
+            if (IsOp(open, "(") && depth-- == 0) break;
+          }
+          std::string what;
+          if (open > a && open < i && IsName(open - 1) && !IsOp(open - 2, ".") && !Lookup(t_[open - 1].text, fn)) {
+            const std::string_view callee = t_[open - 1].text;
+            const auto args = Args(open, i - 1);
+            if (callee == "type" && args.size() == 1 && IsLayerExpression(args[0].begin, args[0].end, fn, &what)) {
+              Add("py.library-module-in-forward", i + 1,
+                  "forward calls the " + what + " layer's " + std::string(t_[i + 1].text) +
+                      " through its type: the library computes it");
+            }
+            if (callee == "super" && fn && !fn->cls.empty()) {
+              auto c = classes_.find(fn->cls);
+              if (c != classes_.end() && HasLayerBase(c->second.get(), 0, &what)) {
+                Add("py.library-module-in-forward", i + 1,
+                    "super()." + std::string(t_[i + 1].text) + " runs the inherited " + what +
+                        ": the library computes it");
+              }
+            }
+          }
+        }
       }
       continue;
     }
@@ -310,6 +352,28 @@ void Analyzer::RuleChain(uint32_t i, uint32_t end, uint32_t limit, const std::ve
   }
   std::string q = Qualify(parts, fn);
   if (!q.empty()) RuleQualified(i, q, call, fn, reached);
+  if (!q.empty() && call && in_.precision == TaskPrecision::kFp32) RuleTritonDot(i, end, limit, q);
+  if (reached) RuleLayerCall(i, end, parts, fn);
+  // x.__setattr__(name, v), object.__setattr__(x, name, v): setattr spelled as a method.
+  if (call && parts.size() >= 2 && (parts.back() == "__setattr__" || parts.back() == "__delattr__")) {
+    const std::vector<std::string_view> receiver(parts.begin(), parts.end() - 1);
+    const bool builtin_type = receiver.size() == 1 && !head && (receiver[0] == "object" || receiver[0] == "type");
+    if (builtin_type) {
+      const auto args = Args(end, Close(end, limit));
+      if (!args.empty() && IsName(args[0].begin)) {
+        uint32_t e = 0;
+        auto target = Chain(args[0].begin, args[0].end, &e);
+        target.push_back("*");
+        RulePatchTarget(args[0].begin, e, args[0].end, target, fn, "sets an attribute of");
+      } else {
+        Add("py.patch-library", i, std::string(parts.back()) + " on an object kbox cannot place as the candidate's own");
+      }
+    } else {
+      std::vector<std::string_view> store = receiver;
+      store.push_back("*");
+      RulePatchTarget(i, end - 2, end - 2, store, fn, "sets an attribute of");
+    }
+  }
   // Attributes anywhere in the chain.
   for (size_t k = 1; k < parts.size(); ++k) {
     if (IsIntrospectionAttribute(parts[k])) {
@@ -327,14 +391,7 @@ void Analyzer::RuleChain(uint32_t i, uint32_t end, uint32_t limit, const std::ve
     bool self_ext = false;
     if (parts[0] == "self" && fn && !fn->cls.empty()) {
       if (auto c = classes_.find(fn->cls); c != classes_.end()) {
-        if (const Binding* at = FindAttr(c->second.get(), parts[1], 0)) {
-          self_ext = at->kind == Bind::kExtension;
-          if (reached && parts.size() == 2 && IsLibraryLayer(at->instance_of)) {
-            Add("py.library-module-in-forward", i,
-                "forward calls self." + std::string(parts[1]) + ", a " + at->instance_of +
-                    ": the library computes it");
-          }
-        }
+        if (const Binding* at = FindAttr(c->second.get(), parts[1], 0)) self_ext = at->kind == Bind::kExtension;
       }
     }
     // The last part is a method called on the chain.
@@ -373,14 +430,34 @@ void Analyzer::RuleGetattr(uint32_t i, uint32_t end, uint32_t limit, std::string
     if (folded) what += " (\"" + folded->substr(0, 40) + "\")";
     Add("py.dynamic-code", i, what + " hides which attribute is used");
   }
+  if (which != "getattr") {
+    // setattr/delattr change the object in the first argument: patching
+    // unless it is provably the candidate's own.
+    if (!IsName(args[0].begin)) {
+      Add("py.patch-library", i, std::string(which) + " on an object kbox cannot place as the candidate's own");
+    } else {
+      uint32_t e = 0;
+      const auto target = Chain(args[0].begin, args[0].end, &e);
+      const std::string tq = Qualify(target, fn);
+      if (!tq.empty() && !folded) {
+        Add("py.patch-library", i, std::string(which) + " on " + tq + ": patching a module the evaluator relies on");
+      } else if (tq.empty()) {
+        std::vector<std::string_view> store = target;
+        store.push_back(folded ? std::string_view(*lit_store_.insert(*folded).first) : std::string_view("*"));
+        RulePatchTarget(args[0].begin, e, args[0].end, store, fn,
+                        which == "setattr" ? "sets an attribute of" : "deletes an attribute of");
+      }
+    }
+  }
   if (!folded || !IsName(args[0].begin)) return;
   uint32_t e = 0;
   auto parts = Chain(args[0].begin, args[0].end, &e);
   if (e != args[0].end) return;
   parts.push_back(*lit_store_.insert(*folded).first);
+  if (reached && which == "getattr") RuleLayerCall(i, close + 1, parts, fn);
   const std::string q = Qualify(parts, fn);
-  if (which == "setattr" && parts.size() >= 2 && !q.empty()) {
-    Add("py.patch-library", i, "setattr on " + q + ": patching a module the evaluator relies on");
+  if (which != "getattr" && parts.size() >= 2 && !q.empty()) {
+    Add("py.patch-library", i, std::string(which) + " on " + q + ": patching a module the evaluator relies on");
   }
   if (!q.empty()) RuleQualified(i, q, true, fn, reached);
 }
@@ -515,6 +592,303 @@ void Analyzer::CollectForwardWrites() {
         }
       }
     });
+  }
+}
+
+void Analyzer::RuleTritonDot(uint32_t i, uint32_t open, uint32_t limit, const std::string& q) {
+  if (!q.starts_with("triton.language.")) return;
+  const std::string_view last = std::string_view(q).substr(q.rfind('.') + 1);
+  if (last == "dot_scaled") {
+    Add("py.precision-downgrade", i, q + " multiplies fp8/fp4 operands in an fp32 task");
+    return;
+  }
+  if (last != "dot") return;
+  // tl.dot(input, other, acc, input_precision, allow_tf32, ...)
+  bool ieee = false;
+  const auto args = Args(open, Close(open, limit));
+  for (size_t k = 0; k < args.size(); ++k) {
+    const Arg& a = args[k];
+    const std::string_view key = !a.keyword.empty() ? a.keyword : k == 3 ? "input_precision" : k == 4 ? "allow_tf32" : "";
+    if (key == "input_precision" && a.end == a.begin + 1 && IsString(a.begin)) {
+      auto v = LiteralString(a.begin, a.end);
+      if (v && *v == "ieee") ieee = true;
+    }
+    if (key == "allow_tf32" && a.end == a.begin + 1 && t_[a.begin].IsName("False")) ieee = true;
+  }
+  if (!ieee) {
+    Add("py.precision-downgrade", i,
+        q + " without input_precision=\"ieee\" multiplies fp32 inputs in TF32 on tensor cores: an fp32 task in "
+            "lower precision");
+  }
+}
+
+bool Analyzer::IsSelf(std::string_view head, const Function* fn) const {
+  if (!fn || fn->params.empty() || fn->params[0] != head) return false;
+  if (fn->is_static) {
+    // torch.autograd.Function's static forward/backward get their own ctx.
+    auto c = classes_.find(fn->cls);
+    if (c == classes_.end()) return false;
+    for (uint32_t b : c->second->base_tokens) {
+      if (!IsName(b)) continue;
+      uint32_t end = 0;
+      const std::string q = Qualify(Chain(b, static_cast<uint32_t>(t_.size()), &end), nullptr);
+      if (q == "torch.autograd.Function" || q.starts_with("torch.autograd.function.")) return true;
+    }
+    return false;
+  }
+  // A module-level function's first parameter is whatever its caller passes,
+  // whatever it is called (`def route(self, hook): self.mul = hook`).
+  return !fn->cls.empty();
+}
+
+bool Analyzer::OwnObject(std::string_view head, const Function* fn) const {
+  if (IsSelf(head, fn)) return true;
+  const Binding* b = Lookup(head, fn);
+  if (!b) return false;  // Not bound by the candidate: a builtin, a star import, an unknown.
+  return OwnBinding(*b);
+}
+
+bool Analyzer::OwnBinding(const Binding& b) {
+  switch (b.kind) {
+    case Bind::kFunction:
+    case Bind::kClass:
+    case Bind::kExtension:
+    case Bind::kTritonKernel:
+    case Bind::kString: return true;
+    case Bind::kImport:
+    case Bind::kAlias: return false;
+    case Bind::kOther: break;
+  }
+  // An instance of its own class, a literal container, or what a library
+  // constructor or function it named built (nn.Linear(...), torch.empty(...)).
+  return !b.instance_of.empty();
+}
+
+std::string Analyzer::ContainedLayer(std::string_view cls, std::string_view attr, size_t depth) const {
+  if (auto it = layer_containers_.find(std::string(cls) + "." + std::string(attr)); it != layer_containers_.end()) {
+    return it->second;
+  }
+  auto c = classes_.find(cls);
+  if (c == classes_.end() || depth >= kMaxResolveDepth) return {};
+  for (uint32_t b : c->second->base_tokens) {
+    if (!IsName(b)) continue;
+    if (auto base = classes_.find(t_[b].text); base != classes_.end() && base->second.get() != c->second.get()) {
+      if (std::string held = ContainedLayer(base->first, attr, depth + 1); !held.empty()) return held;
+    }
+  }
+  return {};
+}
+
+std::string Analyzer::QualifyThroughSelf(const std::vector<std::string_view>& parts, const Function* fn) const {
+  if (parts.size() < 2 || !IsSelf(parts[0], fn) || fn->cls.empty()) return {};
+  auto c = classes_.find(fn->cls);
+  if (c == classes_.end()) return {};
+  const Binding* at = FindAttr(c->second.get(), parts[1], 0);
+  if (!at || (at->kind != Bind::kImport && at->kind != Bind::kAlias)) return {};
+  std::string q = at->qual;
+  for (size_t k = 2; k < parts.size(); ++k) (q += '.') += parts[k];
+  return q;
+}
+
+void Analyzer::RulePatchTarget(uint32_t a, uint32_t end, uint32_t b, const std::vector<std::string_view>& parts,
+                               Function* fn, std::string_view verb) {
+  std::string shown;
+  for (auto p : parts) shown += (shown.empty() ? "" : ".") + std::string(p);
+  // An attribute of what a call or a subscript gives: `type(x).__eq__ = f`,
+  // `mods[0].mul = f`. Only self's own elements and new instances of the
+  // candidate's classes are provably its own.
+  bool expression = false, call = false;
+  for (uint32_t k = end; k < b; ++k) {
+    if (IsOp(k, "(")) call = true;
+    if (IsOp(k, "(") || IsOp(k, "[")) expression = true;
+  }
+  const bool attribute_verb = verb != "assigns to" && verb != "deletes";
+  if (expression && !attribute_verb && !(IsName(b - 1) && IsOp(b - 2, "."))) return;  // An item, not an attribute.
+  if (expression) {
+    const Binding* head = Lookup(parts[0], fn);
+    const bool own = (IsSelf(parts[0], fn) && !call && QualifyThroughSelf(parts, fn).empty()) ||
+                     (parts.size() == 1 && head && head->kind == Bind::kClass);
+    if (!own) {
+      Add("py.patch-library", a,
+          std::string(verb) + " an attribute of what " + shown + (call ? "(...)" : "[...]") +
+              " gives: it may be a module or a library class (patching)");
+    }
+    return;
+  }
+  if (parts.size() < 2) return;
+  if (const std::string q = QualifyThroughSelf(parts, fn); !q.empty()) {
+    Add("py.patch-library", a, std::string(verb) + " " + q + " through self." + std::string(parts[1]) +
+                                   ": patching a module the evaluator relies on");
+    return;
+  }
+  // self.x.y = v: self's own only when self.x holds an object the
+  // candidate built (self.lib = lib, a parameter, may be a module).
+  if (IsSelf(parts[0], fn) && parts.size() >= 3 && !fn->cls.empty()) {
+    auto c = classes_.find(fn->cls);
+    const Binding* at = c == classes_.end() ? nullptr : FindAttr(c->second.get(), parts[1], 0);
+    if (!at || !OwnBinding(*at)) {
+      Add("py.patch-library", a,
+          std::string(verb) + " " + shown + ": self." + std::string(parts[1]) +
+              " holds something kbox cannot place as the candidate's own object; it may be a module (patching)");
+    }
+    return;
+  }
+  if (OwnObject(parts[0], fn)) return;
+  if (const std::string q = Qualify(parts, fn); !q.empty()) {
+    Add("py.patch-library", a, std::string(verb) + " " + q + ": patching a module the evaluator relies on");
+    return;
+  }
+  const bool param = fn && std::find(fn->params.begin(), fn->params.end(), parts[0]) != fn->params.end();
+  Add("py.patch-library", a,
+      std::string(verb) + " " + shown + ": `" + std::string(parts[0]) + "` is " +
+          (param ? "a parameter" : "a name kbox cannot place as the candidate's own object") +
+          " and may hold a module or a class (patching)");
+}
+
+bool Analyzer::HasLayerBase(const Class* c, size_t depth, std::string* what) const {
+  if (depth >= kMaxResolveDepth) return false;
+  for (uint32_t b : c->base_tokens) {
+    if (!IsName(b)) continue;
+    uint32_t end = 0;
+    const auto parts = Chain(b, static_cast<uint32_t>(t_.size()), &end);
+    const std::string q = Qualify(parts, nullptr);
+    if (IsLibraryLayer(q)) {
+      *what = q;
+      return true;
+    }
+    if (parts.size() == 1) {
+      auto base = classes_.find(parts[0]);
+      if (base != classes_.end() && base->second.get() != c && HasLayerBase(base->second.get(), depth + 1, what)) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+bool Analyzer::IsLayerBinding(const Binding& b) const { return !LayerNameOf(b).empty(); }
+
+std::string Analyzer::LayerNameOf(const Binding& b) const {
+  if (IsLibraryLayer(b.instance_of)) return b.instance_of;
+  if (b.instance_of.starts_with("element-of:")) {
+    const std::string_view key = std::string_view(b.instance_of).substr(11);
+    const size_t dot = key.find('.');
+    return dot == std::string_view::npos ? std::string() : ContainedLayer(key.substr(0, dot), key.substr(dot + 1), 0);
+  }
+  if (!b.instance_of.starts_with("class:")) return {};
+  auto c = classes_.find(std::string_view(b.instance_of).substr(6));
+  if (c == classes_.end()) return {};
+  // A subclass with a forward of its own is the candidate's code (reached
+  // and judged as such); one that only inherits runs the library's.
+  if (FindMethod(c->second.get(), "forward", 0) || FindMethod(c->second.get(), "__call__", 0)) return {};
+  std::string what;
+  return HasLayerBase(c->second.get(), 0, &what) ? what : std::string();
+}
+
+size_t Analyzer::LayerPrefix(const std::vector<std::string_view>& parts, const Function* fn, std::string* what) const {
+  if (parts.size() >= 2 && IsSelf(parts[0], fn) && !fn->cls.empty()) {
+    if (auto c = classes_.find(fn->cls); c != classes_.end()) {
+      if (const Binding* at = FindAttr(c->second.get(), parts[1], 0)) {
+        *what = LayerNameOf(*at);
+        if (!what->empty()) return 2;
+      }
+    }
+    return 0;
+  }
+  if (IsSelf(parts[0], fn)) return 0;
+  if (const Binding* b = Lookup(parts[0], fn)) {
+    *what = LayerNameOf(*b);
+    if (!what->empty()) return 1;
+  }
+  return 0;
+}
+
+bool Analyzer::IsLayerExpression(uint32_t a, uint32_t b, const Function* fn, std::string* what) const {
+  if (!IsName(a)) return false;
+  uint32_t e = 0;
+  const auto parts = Chain(a, b, &e);
+  return e == b && LayerPrefix(parts, fn, what) == parts.size();
+}
+
+void Analyzer::RuleLayerCall(uint32_t i, uint32_t end, const std::vector<std::string_view>& parts, Function* fn) {
+  const bool call = IsOp(end, "(");
+  std::string what;
+  // self.layers[i](x), self.layers[0].forward(x): an element of a container
+  // of library layers (nn.ModuleList, nn.Sequential, nn.ModuleDict).
+  if (parts.size() == 2 && IsSelf(parts[0], fn) && !fn->cls.empty() && IsOp(end, "[")) {
+    const std::string held = ContainedLayer(fn->cls, parts[1], 0);
+    const uint32_t close = Close(end, static_cast<uint32_t>(t_.size()));
+    if (!held.empty() && (IsOp(close + 1, "(") || (IsOp(close + 1, ".") && IsName(close + 2) &&
+                                                   IsLayerCallName(t_[close + 2].text)))) {
+      Add("py.library-module-in-forward", i,
+          "forward calls an element of self." + std::string(parts[1]) + ", a " + held + ": the library computes it");
+      return;
+    }
+  }
+  const size_t n = LayerPrefix(parts, fn, &what);
+  std::string shown;
+  for (size_t k = 0; k < std::min(n, parts.size()); ++k) shown += (k ? "." : "") + std::string(parts[k]);
+  if (n > 0 && parts.size() == n && call) {
+    Add("py.library-module-in-forward", i, "forward calls " + shown + ", a " + what + ": the library computes it");
+    return;
+  }
+  // self.fc.forward(x), layer.__call__(x), self.fc._call_impl(x), and the
+  // bound method taken as a value; self.fc.__class__.forward(self.fc, x).
+  if (n > 0 && ((parts.size() > n && IsLayerCallName(parts[n])) ||
+                (parts.size() > n + 1 && parts[n] == "__class__" && IsLayerCallName(parts[n + 1])))) {
+    Add("py.library-module-in-forward", i,
+        "forward runs " + shown + "." + std::string(parts[n] == "__class__" ? parts[n + 1] : parts[n]) + " of a " +
+            what + ": the library computes it");
+    return;
+  }
+  // The layer itself handed to other code (functools.partial(self.fc),
+  // map(self.fc, xs), a helper, the extension), which can call it.
+  if (n > 0 && parts.size() == n && !call && (IsOp(i - 1, "(") || IsOp(i - 1, ",") || IsOp(i - 1, "[")) &&
+      (IsOp(end, ")") || IsOp(end, ",") || IsOp(end, "]"))) {
+    uint32_t open = i - 1;
+    for (int depth = 0; open > 0; --open) {
+      if (IsOp(open, ")") || IsOp(open, "]")) ++depth;
+      if ((IsOp(open, "(") || IsOp(open, "[")) && depth-- == 0) break;
+    }
+    const bool query = IsOp(open, "(") && open > 0 && IsName(open - 1) && !IsOp(open - 2, ".") &&
+                       !Lookup(t_[open - 1].text, fn) &&
+                       (t_[open - 1].text == "isinstance" || t_[open - 1].text == "hasattr" ||
+                        t_[open - 1].text == "getattr" || t_[open - 1].text == "type" || t_[open - 1].text == "len" ||
+                        t_[open - 1].text == "print" || t_[open - 1].text == "repr" || t_[open - 1].text == "str");
+    if (!query) {
+      Add("py.library-module-in-forward", i,
+          "forward hands the " + what + " layer " + shown + " to other code, which can call it: the library computes it");
+    }
+    return;
+  }
+  // The module registry: self._modules["fc"](x), self.get_submodule("fc")(x).
+  if (parts.size() >= 2 && IsSelf(parts[0], fn) && !fn->cls.empty() &&
+      (parts[1] == "_modules" || parts[1] == "get_submodule" || parts[1] == "children" || parts[1] == "modules" ||
+       parts[1] == "named_children" || parts[1] == "named_modules")) {
+    if (auto c = classes_.find(fn->cls); c != classes_.end()) {
+      for (const auto& [attr, b] : c->second->attrs) {
+        if (!IsLayerBinding(b)) continue;
+        Add("py.library-module-in-forward", i,
+            "forward reaches its layers through self." + std::string(parts[1]) + " (self." + std::string(attr) +
+                " is a " + LayerNameOf(b) + "): the library computes them");
+        return;
+      }
+    }
+  }
+  // nn.Linear.forward(self.fc, x); nn.Module.__call__(self.fc, x).
+  if (parts.size() < 2 || !IsLayerCallName(parts.back())) return;
+  const std::string q = Qualify(parts, fn);
+  if (q.empty()) return;
+  const std::string owner = q.substr(0, q.rfind('.'));
+  if (IsLibraryLayer(owner)) {
+    Add("py.library-module-in-forward", i, "forward runs " + q + ": the library computes it");
+    return;
+  }
+  if (call && (owner == "torch.nn.Module" || owner == "torch.nn.modules.module.Module")) {
+    const auto args = Args(end, Close(end, static_cast<uint32_t>(t_.size())));
+    if (!args.empty() && IsLayerExpression(args[0].begin, args[0].end, fn, &what)) {
+      Add("py.library-module-in-forward", i, "forward runs " + q + " on a " + what + ": the library computes it");
+    }
   }
 }
 

@@ -45,12 +45,19 @@ TEST(AnticheatProfileTest, LenientKeepsEvaluatorAndEscapeRulesAtReject) {
   for (std::string_view id : {"py.patch-library", "py.evaluator-access", "py.process", "py.network",
                               "py.file-io", "py.forward-skips-kernel", "kernel.none", "cpp.include-path",
                               "py.tensor-subclass", "py.identity-key", "py.concurrency",
-                              "run.forbidden-call", "run.timing-mismatch", "run.harness-tampering"}) {
+                              "run.forbidden-call", "run.timing-mismatch", "run.harness-tampering",
+                              "cpp.dispatcher", "cpp.process-or-io", "cpp.dynamic-loading", "run.native-dispatcher",
+                              "run.native-forbidden-call", "run.native-unreadable", "run.background-work"}) {
     EXPECT_EQ(lenient->severity(id), Severity::kReject) << id;
   }
   // Lenient tolerates passthrough, which may leave the candidate's own kernel unlaunched.
   EXPECT_EQ(lenient->severity("run.kernel-not-launched"), Severity::kSuspicious);
   EXPECT_EQ(lenient->severity("run.below-physical-floor"), Severity::kSuspicious);
+  // Passthrough and threads in the built library are reported as the text rules are.
+  for (std::string_view id : {"run.native-library-compute", "run.native-thread", "cpp.vendor-library",
+                              "cpp.thread"}) {
+    EXPECT_EQ(lenient->severity(id), Severity::kSuspicious) << id;
+  }
 }
 
 TEST(AnticheatProfileTest, OffSwitchesEverythingOff) {

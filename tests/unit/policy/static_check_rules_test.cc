@@ -1314,6 +1314,486 @@ std::vector<FireCase> FireCases() {
                .tag = "Readlink",
                .source = Cuda{.host = "char buf[64];\nreadlink(\"/proc/self/exe\", buf, 64);"}.Build(),
                .at = "readlink("});
+  // A torch.nn layer's forward reached by name, not by calling the layer.
+  c.push_back({.rule = "py.library-module-in-forward",
+               .tag = "LayerForwardByName",
+               .source = Cuda{.init = "self.fc = nn.Linear(16, 16)", .forward = "x = self.fc.forward(x).clamp_min_(0.0)"}
+                             .Build(),
+               .at = "self.fc.forward(x)"});
+  c.push_back({.rule = "py.library-module-in-forward",
+               .tag = "LayerBoundToALocal",
+               .source = Cuda{.init = "self.fc = nn.Linear(16, 16)", .forward = "layer = self.fc\nx = layer.forward(x)"}
+                             .Build(),
+               .at = "layer.forward(x)"});
+  c.push_back({.rule = "py.library-module-in-forward",
+               .tag = "ModuleLevelLayerCalled",
+               .source = Cuda{.module = "LAYER = nn.Linear(16, 16)", .forward = "x = LAYER(x)"}.Build(),
+               .at = "x = LAYER(x)"});
+  c.push_back({.rule = "py.library-module-in-forward",
+               .tag = "ClassForwardOnTheLayer",
+               .source = Cuda{.init = "self.fc = nn.Linear(16, 16)", .forward = "x = nn.Linear.forward(self.fc, x)"}
+                             .Build(),
+               .at = "nn.Linear.forward"});
+  c.push_back({.rule = "py.library-module-in-forward",
+               .tag = "QualifiedClassForward",
+               .source = Cuda{.init = "self.fc = nn.Linear(16, 16)",
+                              .forward = "x = torch.nn.Linear.forward(self.fc, x)"}
+                             .Build(),
+               .at = "torch.nn.Linear.forward"});
+  c.push_back({.rule = "py.library-module-in-forward",
+               .tag = "TypeOfTheLayer",
+               .source = Cuda{.init = "self.fc = nn.Linear(16, 16)", .forward = "x = type(self.fc).forward(self.fc, x)"}
+                             .Build(),
+               .at = "type(self.fc)"});
+  c.push_back({.rule = "py.library-module-in-forward",
+               .tag = "DunderCall",
+               .source = Cuda{.init = "self.fc = nn.Linear(16, 16)", .forward = "x = self.fc.__call__(x)"}.Build(),
+               .at = "self.fc.__call__"});
+  c.push_back({.rule = "py.library-module-in-forward",
+               .tag = "CallImpl",
+               .source = Cuda{.init = "self.fc = nn.Linear(16, 16)", .forward = "x = self.fc._call_impl(x)"}.Build(),
+               .at = "self.fc._call_impl"});
+  c.push_back({.rule = "py.library-module-in-forward",
+               .tag = "ModuleCallOnTheLayer",
+               .source = Cuda{.init = "self.fc = nn.Linear(16, 16)", .forward = "x = nn.Module.__call__(self.fc, x)"}
+                             .Build(),
+               .at = "nn.Module.__call__"});
+  c.push_back({.rule = "py.library-module-in-forward",
+               .tag = "BoundForwardTakenAsValue",
+               .source = Cuda{.init = "self.fc = nn.Linear(16, 16)", .forward = "run = self.fc.forward\nx = run(x)"}
+                             .Build(),
+               .at = "run = self.fc.forward"});
+  c.push_back({.rule = "py.library-module-in-forward",
+               .tag = "SubclassWithoutForward",
+               .source = Cuda{.module = "class Dense(nn.Linear):\n    pass",
+                              .init = "self.fc = Dense(16, 16)",
+                              .forward = "x = self.fc(x)"}
+                             .Build(),
+               .at = "x = self.fc(x)"});
+  c.push_back({.rule = "py.library-module-in-forward",
+               .tag = "SuperForwardOfALayer",
+               .source = Cuda{.module = "class Dense(nn.Linear):\n    def forward(self, t):\n"
+                                        "        return super().forward(t)",
+                              .init = "self.fc = Dense(16, 16)",
+                              .forward = "x = self.fc(x)"}
+                             .Build(),
+               .at = "super().forward(t)"});
+  c.push_back({.rule = "py.library-module-in-forward",
+               .tag = "ForwardFoundByGetattr",
+               .source = Cuda{.init = "self.fc = nn.Linear(16, 16)", .forward = "x = getattr(self.fc, \"forward\")(x)"}
+                             .Build(),
+               .at = "getattr(self.fc"});
+  c.push_back({.rule = "py.library-module-in-forward",
+               .tag = "LayerHandedToOtherCode",
+               .source = Cuda{.imports = "import functools",
+                              .init = "self.fc = nn.Linear(16, 16)",
+                              .forward = "run = functools.partial(self.fc)\nx = run(x)"}
+                             .Build(),
+               .at = "functools.partial(self.fc)"});
+  c.push_back({.rule = "py.library-module-in-forward",
+               .tag = "LayersInAList",
+               .source = Cuda{.init = "self.fc1 = nn.Linear(16, 16)\nself.fc2 = nn.Linear(16, 16)",
+                              .forward = "for layer in [self.fc1, self.fc2]:\n    x = layer(x)"}
+                             .Build(),
+               .at = "for layer in [self.fc1"});
+  c.push_back({.rule = "py.library-module-in-forward",
+               .tag = "ModuleRegistry",
+               .source = Cuda{.init = "self.fc = nn.Linear(16, 16)", .forward = "x = self._modules[\"fc\"](x)"}.Build(),
+               .at = "self._modules"});
+  c.push_back({.rule = "py.library-module-in-forward",
+               .tag = "ForwardThroughItsDunderCall",
+               .source = Cuda{.init = "self.fc = nn.Linear(16, 16)", .forward = "x = self.fc.forward.__call__(x)"}.Build(),
+               .at = "self.fc.forward.__call__"});
+  c.push_back({.rule = "py.library-module-in-forward",
+               .tag = "ModuleListElementCalled",
+               .source = Cuda{.init = "self.layers = nn.ModuleList([nn.Linear(16, 16) for _ in range(2)])",
+                              .forward = "x = self.layers[0](x)"}
+                             .Build(),
+               .at = "self.layers[0](x)"});
+  c.push_back({.rule = "py.library-module-in-forward",
+               .tag = "ModuleListLoopVariableCalled",
+               .source = Cuda{.init = "self.layers = nn.ModuleList()\nself.layers.append(nn.Linear(16, 16))",
+                              .forward = "for layer in self.layers:\n    x = layer(x)"}
+                             .Build(),
+               .at = "x = layer(x)"});
+  c.push_back({.rule = "cpp.aten-compute",
+               .tag = "AdlOnAVectorElement",
+               .source = Cuda{.host = "std::vector<torch::Tensor> parts{x, x};\nauto z = addmm_out(parts[0], parts[0], parts[1], parts[1]);"}
+                             .Build(),
+               .at = "addmm_out(parts[0]"});
+  c.push_back({.rule = "cpp.aten-compute",
+               .tag = "AtenOpTakenAsAValue",
+               .source = Cuda{.host = "auto mm = &at::matmul;\nauto z = mm(x, x);"}.Build(),
+               .at = "&at::matmul"});
+  c.push_back({.rule = "cpp.aten-compute",
+               .tag = "TensorMemberPointer",
+               .source = Cuda{.host = "auto mm = &torch::Tensor::mm;\nauto z = (x.*mm)(x);"}.Build(),
+               .at = "&torch::Tensor::mm"});
+  c.push_back({.rule = "cpp.aten-compute",
+               .tag = "TorchNnModule",
+               .source = Cuda{.host = "torch::nn::Linear fc(16, 16);\nauto z = fc->forward(x);"}.Build(),
+               .at = "torch::nn::Linear fc"});
+  // In-place and out= variants are their base op.
+  c.push_back({.rule = "py.tensor-method-compute",
+               .tag = "InPlaceAddmm",
+               .source = Cuda{.forward = "y = torch.zeros_like(x)\ny.addmm_(x, x)", .ret = "return ext.relu(y)"}.Build(),
+               .at = "y.addmm_(x, x)"});
+  c.push_back({.rule = "py.tensor-method-compute",
+               .tag = "InPlaceBaddbmm",
+               .source = Cuda{.forward = "x.baddbmm_(x, x)"}.Build(),
+               .at = "x.baddbmm_"});
+  c.push_back({.rule = "py.tensor-method-compute",
+               .tag = "InPlaceAddr",
+               .source = Cuda{.forward = "x.addr_(x, x)"}.Build(),
+               .at = "x.addr_"});
+  c.push_back({.rule = "py.tensor-method-compute",
+               .tag = "ClampMinInPlace",
+               .source = Cuda{.forward = "x = x.clamp_min_(0.0)"}.Build(),
+               .at = "x.clamp_min_"});
+  c.push_back({.rule = "py.library-compute-in-forward",
+               .tag = "OutVariant",
+               .source = Cuda{.forward = "y = torch.empty_like(x)\ntorch.addmm(x, x, x, out=y)"}.Build(),
+               .at = "torch.addmm(x, x, x, out=y)"});
+  c.push_back({.rule = "py.library-compute-in-forward",
+               .tag = "TensorClassInPlaceMethod",
+               .source = Cuda{.forward = "torch.Tensor.addmm_(x, x, x)"}.Build(),
+               .at = "torch.Tensor.addmm_"});
+  c.push_back({.rule = "cpp.aten-compute",
+               .tag = "InPlaceMemberAddmm",
+               .source = Cuda{.host = "x.addmm_(x, x);"}.Build(),
+               .at = "x.addmm_"});
+  c.push_back({.rule = "cpp.aten-compute",
+               .tag = "OutVariantQualified",
+               .source = Cuda{.host = "at::addmm_out(x, x, x, x);"}.Build(),
+               .at = "at::addmm_out"});
+  // Argument-dependent lookup: no qualifier, no `using namespace`.
+  c.push_back({.rule = "cpp.aten-compute",
+               .tag = "AdlMatmul",
+               .source = Cuda{.host = "auto a = x.contiguous();\nauto z = matmul(a, a);"}.Build(),
+               .at = "matmul(a, a)"});
+  c.push_back({.rule = "cpp.aten-compute",
+               .tag = "AdlUndeclaredFunctionOnATensor",
+               .source = Cuda{.host = "auto z = special_erfcx(x);"}.Build(),
+               .at = "special_erfcx(x)"});
+  c.push_back({.rule = "cpp.aten-compute",
+               .tag = "AdlMathNameOnATensor",
+               .source = Cuda{.host = "auto z = sqrt(x.view(-1));"}.Build(),
+               .at = "sqrt(x.view(-1))"});
+  c.push_back({.rule = "cpp.aten-compute",
+               .tag = "AdlPastANonTensorOverload",
+               .source = Cuda{.device = "float softmax(const float* row, int n) { return row[n - 1]; }",
+                              .host = "auto z = softmax(x, 1);"}
+                             .Build(),
+               .at = "softmax(x, 1)"});
+  // cpp.dispatcher
+  c.push_back({.rule = "cpp.dispatcher",
+               .tag = "FindSchemaAndRedispatch",
+               .source = Cuda{.device = "#include <ATen/core/dispatch/Dispatcher.h>",
+                              .host = "auto op = c10::Dispatcher::singleton()\n"
+                                      "    .findSchemaOrThrow(\"aten::mm\", \"\")\n"
+                                      "    .typed<at::Tensor(const at::Tensor&, const at::Tensor&)>();\n"
+                                      "auto z = op.redispatch(c10::DispatchKeySet(c10::DispatchKey::CPU), x, x);"}
+                             .Build(),
+               .at = "c10::Dispatcher::singleton()"});
+  c.push_back({.rule = "cpp.dispatcher",
+               .tag = "ReadsTheProbesDispatchKey",
+               .source = Cuda{.host = "bool watched = c10::impl::tls_is_dispatch_key_included(c10::DispatchKey::Python);\n"
+                                      "(void)watched;"}
+                             .Build(),
+               .at = "tls_is_dispatch_key_included"});
+  c.push_back({.rule = "cpp.dispatcher",
+               .tag = "UnqualifiedTlsAfterUsing",
+               .source = Cuda{.host = "using namespace c10::impl;\nbool watched = tls_local_dispatch_key_set().included_.empty();\n"
+                                      "(void)watched;"}
+                             .Build(),
+               .at = "bool watched = tls_local"});
+  c.push_back({.rule = "cpp.dispatcher",
+               .tag = "ExcludeDispatchKeyGuard",
+               .source = Cuda{.host = "c10::impl::ExcludeDispatchKeyGuard guard(c10::DispatchKey::Python);"}.Build(),
+               .at = "ExcludeDispatchKeyGuard"});
+  c.push_back({.rule = "cpp.dispatcher",
+               .tag = "BelowInplaceOrViewGuard",
+               .source = Cuda{.host = "at::AutoDispatchBelowADInplaceOrView guard;"}.Build(),
+               .at = "AutoDispatchBelowADInplaceOrView"});
+  c.push_back({.rule = "cpp.dispatcher",
+               .tag = "TorchLibraryRegistration",
+               .source = Cuda{.device = "TORCH_LIBRARY_IMPL(aten, CUDA, m) { m.impl(\"relu\", &relu_impl); }"}.Build(),
+               .at = "TORCH_LIBRARY_IMPL"});
+  c.push_back({.rule = "cpp.dispatcher",
+               .tag = "OpStructCall",
+               .source = Cuda{.host = "auto z = at::_ops::mm::call(x, x);"}.Build(),
+               .at = "at::_ops::mm::call"});
+  c.push_back({.rule = "cpp.dispatcher",
+               .tag = "TorchJit",
+               .source = Cuda{.host = "auto ops = torch::jit::getAllOperators();"}.Build(),
+               .at = "torch::jit::getAllOperators"});
+  c.push_back({.rule = "cpp.dispatcher",
+               .tag = "RegisterOperators",
+               .source = Cuda{.device = "static auto registry = c10::RegisterOperators().op(\"my::relu\", &relu);"}
+                             .Build(),
+               .at = "c10::RegisterOperators"});
+  // cpp.vendor-library: BLAS and LAPACK declared by hand.
+  c.push_back({.rule = "cpp.vendor-library",
+               .tag = "FortranSgemmDeclared",
+               .source = Cpu{.cpp_top = "extern \"C\" void sgemm_(const char*, const char*, const int*, const int*, "
+                                        "const int*, const float*, const float*, const int*, const float*, "
+                                        "const int*, const float*, float*, const int*);"}
+                             .Build(),
+               .at = "extern \"C\" void sgemm_",
+               .backend = B::kCpu});
+  c.push_back({.rule = "cpp.vendor-library",
+               .tag = "FortranLapackCall",
+               .source = Cpu{.loop = "int info = 0, m = 1;\nint ipiv[1];\ndgetrf_(&m, &m, nullptr, &m, ipiv, &info);"}
+                             .Build(),
+               .at = "dgetrf_(",
+               .backend = B::kCpu});
+  c.push_back({.rule = "cpp.vendor-library",
+               .tag = "CblasCall",
+               .source = Cpu{.loop = "cblas_saxpy(static_cast<int>(n), 1.f, in, 1, out, 1);"}.Build(),
+               .at = "cblas_saxpy",
+               .backend = B::kCpu});
+  c.push_back({.rule = "cpp.vendor-library",
+               .tag = "UpperCaseBlas",
+               .source = Cpu{.loop = "SGEMV(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, "
+                                     "nullptr, nullptr, nullptr);"}
+                             .Build(),
+               .at = "SGEMV(",
+               .backend = B::kCpu});
+  c.push_back({.rule = "cpp.vendor-library",
+               .tag = "OneDnnAndBlis",
+               .source = Cpu{.loop = "dnnl_sgemm('N', 'N', 1, 1, 1, 1.f, in, 1, in, 1, 0.f, out, 1);\n"
+                                     "bli_saxpyv(BLIS_NO_CONJUGATE, n, nullptr, nullptr, 1, nullptr, 1);"}
+                             .Build(),
+               .at = "dnnl_sgemm",
+               .backend = B::kCpu});
+  // cpp.thread: ATen's and c10's asynchronous pools.
+  c.push_back({.rule = "cpp.thread",
+               .tag = "AtLaunch",
+               .source = Cpu{.loop = "at::launch([out, n] { out[n - 1] = 0.f; });"}.Build(),
+               .at = "at::launch",
+               .backend = B::kCpu});
+  c.push_back({.rule = "cpp.thread",
+               .tag = "LaunchNoThreadState",
+               .source = Cpu{.loop = "at::internal::launch_no_thread_state([] {});"}.Build(),
+               .at = "launch_no_thread_state",
+               .backend = B::kCpu});
+  c.push_back({.rule = "cpp.thread",
+               .tag = "C10ThreadPool",
+               .source = Cpu{.cpp_top = "#include <c10/core/thread_pool.h>",
+                             .loop = "c10::ThreadPool pool(2);\npool.run([] {});"}
+                             .Build(),
+               .at = "c10::ThreadPool",
+               .backend = B::kCpu});
+  c.push_back({.rule = "cpp.thread",
+               .tag = "IntraopLaunch",
+               .source = Cpu{.loop = "at::intraop_launch([] {});"}.Build(),
+               .at = "at::intraop_launch",
+               .backend = B::kCpu});
+  // cpp.process-or-io: signals, timers, limits, contexts, raw syscalls.
+  c.push_back({.rule = "cpp.process-or-io",
+               .tag = "Sigaction",
+               .source = Cpu{.cpp_top = "#include <csignal>", .loop = "struct sigaction sa{};\nsigaction(SIGALRM, &sa, nullptr);"}
+                             .Build(),
+               .at = "sigaction(SIGALRM",
+               .backend = B::kCpu});
+  c.push_back({.rule = "cpp.process-or-io",
+               .tag = "SignalAndRaise",
+               .source = Cpu{.loop = "std::signal(SIGTERM, SIG_IGN);\nraise(SIGTERM);"}.Build(),
+               .at = "std::signal",
+               .backend = B::kCpu});
+  c.push_back({.rule = "cpp.process-or-io",
+               .tag = "Setitimer",
+               .source = Cpu{.loop = "struct itimerval it{};\nsetitimer(ITIMER_REAL, &it, nullptr);"}.Build(),
+               .at = "setitimer(",
+               .backend = B::kCpu});
+  c.push_back({.rule = "cpp.process-or-io",
+               .tag = "AlarmAndTimerCreate",
+               .source = Cpu{.loop = "alarm(1);\ntimer_t t;\ntimer_create(CLOCK_MONOTONIC, nullptr, &t);"}.Build(),
+               .at = "alarm(1)",
+               .backend = B::kCpu});
+  c.push_back({.rule = "cpp.process-or-io",
+               .tag = "TgkillParent",
+               .source = Cpu{.loop = "const pid_t judge = getppid();\ntgkill(judge, judge, 15);"}.Build(),
+               .at = "getppid()",
+               .backend = B::kCpu});
+  c.push_back({.rule = "cpp.process-or-io",
+               .tag = "Setrlimit",
+               .source = Cpu{.loop = "struct rlimit lim{1, 1};\nsetrlimit(RLIMIT_CPU, &lim);"}.Build(),
+               .at = "setrlimit(",
+               .backend = B::kCpu});
+  c.push_back({.rule = "cpp.process-or-io",
+               .tag = "PrlimitAndPriority",
+               .source = Cpu{.loop = "prlimit(0, RLIMIT_CPU, nullptr, nullptr);\nsetpriority(PRIO_PROCESS, 0, 19);"}.Build(),
+               .at = "prlimit(",
+               .backend = B::kCpu});
+  c.push_back({.rule = "cpp.process-or-io",
+               .tag = "UcontextRegisters",
+               .source = Cpu{.cpp_top = "void on_tick(int, siginfo_t*, void* ctx) {\n"
+                                        "  auto* uc = static_cast<ucontext_t*>(ctx);\n  (void)uc;\n}"}
+                             .Build(),
+               .at = "auto* uc = static_cast<ucontext_t*>",
+               .backend = B::kCpu});
+  c.push_back({.rule = "cpp.process-or-io",
+               .tag = "Mprotect",
+               .source = Cpu{.loop = "mprotect(out, 4096, 0);"}.Build(),
+               .at = "mprotect(",
+               .backend = B::kCpu});
+  c.push_back({.rule = "cpp.process-or-io",
+               .tag = "AsmSyscall",
+               .source = Cpu{.loop = "long ret;\nasm volatile(\"syscall\" : \"=a\"(ret) : \"a\"(39L) : \"rcx\", \"r11\");"}
+                             .Build(),
+               .at = "asm volatile(\"syscall\"",
+               .backend = B::kCpu});
+  c.push_back({.rule = "cpp.process-or-io",
+               .tag = "AsmInt80",
+               .source = Cpu{.loop = "__asm__ __volatile__(\"int $0x80\" ::: \"memory\");"}.Build(),
+               .at = "__asm__ __volatile__",
+               .backend = B::kCpu});
+  c.push_back({.rule = "cpp.process-or-io",
+               .tag = "AsmRawInstructionBytes",
+               .source = Cpu{.loop = "__asm__(\".byte 0x0f, 0x05\");"}.Build(),
+               .at = "__asm__(\".byte",
+               .backend = B::kCpu});
+  c.push_back({.rule = "cpp.dynamic-loading",
+               .tag = "DlIteratePhdr",
+               .source = Cpu{.loop = "dl_iterate_phdr(nullptr, nullptr);"}.Build(),
+               .at = "dl_iterate_phdr(",
+               .backend = B::kCpu});
+  // cpp.precision-downgrade: every spelling of half, bfloat16 and fp8.
+  c.push_back({.rule = "cpp.precision-downgrade",
+               .tag = "NvHalfAliases",
+               .source = Cuda{.device = "__device__ __nv_half2 pack(float2 v) { return __float22half2_rn(v); }"}.Build(),
+               .at = "__device__ __nv_half2"});
+  c.push_back({.rule = "cpp.precision-downgrade",
+               .tag = "HalfIntrinsic",
+               .source = Cuda{.device = "__device__ float twice(float v) { return __low2float(__hmul2(__float2half2_rn(v), "
+                                        "__float2half2_rn(2.f))); }"}
+                             .Build(),
+               .at = "__device__ float twice"});
+  c.push_back({.rule = "cpp.precision-downgrade",
+               .tag = "RoundingConversion",
+               .source = Cuda{.device = "__device__ unsigned short bits(float v) { return __half_as_ushort(__float2half_rz(v)); }"}
+                             .Build(),
+               .at = "__device__ unsigned short bits"});
+  c.push_back({.rule = "cpp.precision-downgrade",
+               .tag = "Bfloat16PairConversion",
+               .source = Cuda{.device = "__device__ nv_bfloat162 pack(float2 v) { return __float22bfloat162_rn(v); }"}.Build(),
+               .at = "__device__ nv_bfloat162"});
+  c.push_back({.rule = "cpp.precision-downgrade",
+               .tag = "TorchKFloat16",
+               .source = Cuda{.host = "auto h = x.to(torch::kFloat16);"}.Build(),
+               .at = "torch::kFloat16"});
+  c.push_back({.rule = "cpp.precision-downgrade",
+               .tag = "ShortDtypeSpelling",
+               .source = Cuda{.host = "auto h = x.to(torch::kF16);"}.Build(),
+               .at = "torch::kF16"});
+  c.push_back({.rule = "cpp.precision-downgrade",
+               .tag = "ScalarTypeBFloat16",
+               .source = Cuda{.host = "auto h = x.to(at::ScalarType::BFloat16);"}.Build(),
+               .at = "at::ScalarType::BFloat16"});
+  c.push_back({.rule = "cpp.precision-downgrade",
+               .tag = "Fp8ScalarType",
+               .source = Cuda{.host = "auto h = x.to(c10::kFloat8_e4m3fn);"}.Build(),
+               .at = "c10::kFloat8_e4m3fn"});
+  c.push_back({.rule = "cpp.precision-downgrade",
+               .tag = "Tf32Switch",
+               .source = Cuda{.host = "at::globalContext().setAllowTF32CuBLAS(true);"}.Build(),
+               .at = "setAllowTF32CuBLAS"});
+  // py.precision-downgrade in Triton kernels.
+  c.push_back({.rule = "py.precision-downgrade",
+               .tag = "TritonDotDefaultsToTf32",
+               .source = std::string(kTritonMatmul),
+               .at = "acc += tl.dot(a, b)",
+               .backend = B::kTriton});
+  c.push_back({.rule = "py.precision-downgrade",
+               .tag = "TritonDotTf32x3",
+               .source = Replace(std::string(kTritonMatmul), "tl.dot(a, b)", "tl.dot(a, b, input_precision=\"tf32x3\")"),
+               .at = "acc += tl.dot(a, b",
+               .backend = B::kTriton});
+  c.push_back({.rule = "py.precision-downgrade",
+               .tag = "TritonFloat16Cast",
+               .source = Replace(Triton{}.Build(), "tl.maximum(x, 0.0)", "tl.maximum(x.to(tl.float16), 0.0)"),
+               .at = "tl.float16",
+               .backend = B::kTriton});
+  c.push_back({.rule = "py.precision-downgrade",
+               .tag = "TritonFloat8Cast",
+               .source = Replace(Triton{}.Build(), "tl.maximum(x, 0.0)", "tl.maximum(x.to(tl.float8e4b15), 0.0)"),
+               .at = "tl.float8e4b15",
+               .backend = B::kTriton});
+  // py.evaluator-access: the dispatcher's and the profiler's state from Python.
+  c.push_back({.rule = "py.evaluator-access",
+               .tag = "DispatchKeyTls",
+               .source = Cuda{.forward = "watched = torch._C._dispatch_tls_is_dispatch_key_included(\n"
+                                         "    torch._C.DispatchKey.Python)"}
+                             .Build(),
+               .at = "watched = torch._C._dispatch_tls_is_dispatch_key_included"});
+  c.push_back({.rule = "py.evaluator-access",
+               .tag = "DispatchModeQuery",
+               .source = Cuda{.module = "from torch._C import _get_dispatch_mode"}.Build(),
+               .at = "from torch._C import _get_dispatch_mode"});
+  c.push_back({.rule = "py.evaluator-access",
+               .tag = "TorchFunctionModeQuery",
+               .source = Cuda{.forward = "watched = torch._C._is_torch_function_mode_enabled()"}.Build(),
+               .at = "torch._C._is_torch_function_mode_enabled"});
+  c.push_back({.rule = "py.evaluator-access",
+               .tag = "ProfilerQuery",
+               .source = Cuda{.module = "PROFILED = torch.autograd.profiler._is_profiler_enabled"}.Build(),
+               .at = "torch.autograd.profiler._is_profiler_enabled"});
+  c.push_back({.rule = "py.evaluator-access",
+               .tag = "SysGettrace",
+               .source = Cuda{.imports = "import sys", .forward = "traced = sys.gettrace() is not None"}.Build(),
+               .at = "sys.gettrace"});
+  // py.patch-library through names that may hold a module.
+  c.push_back({.rule = "py.patch-library",
+               .tag = "ThroughAParameter",
+               .source = Cuda{.module = "def route(mod, hook):\n    original = mod.mul\n    mod.mul = hook\n    return original\n\n\n"
+                                        "ORIGINAL = route(torch, print)"}
+                             .Build(),
+               .at = "    mod.mul = hook"});
+  c.push_back({.rule = "py.patch-library",
+               .tag = "ParameterNamedSelf",
+               .source = Cuda{.module = "def route(self, hook):\n    self.mul = hook\n\n\nroute(torch, print)"}.Build(),
+               .at = "self.mul = hook"});
+  c.push_back({.rule = "py.patch-library",
+               .tag = "SetattrOnAParameter",
+               .source = Cuda{.module = "def put(obj, value):\n    setattr(obj, \"allclose\", value)\n\n\nput(torch, print)"}
+                             .Build(),
+               .at = "setattr(obj"});
+  c.push_back({.rule = "py.patch-library",
+               .tag = "LoopOverModules",
+               .source = Cuda{.module = "for m in (torch, torch.nn.functional):\n    m.relu = print"}.Build(),
+               .at = "m.relu = print"});
+  c.push_back({.rule = "py.patch-library",
+               .tag = "TypeOfATensor",
+               .source = Cuda{.module = "type(torch.ones(1)).__eq__ = lambda a, b: True"}.Build(),
+               .at = "type(torch.ones(1))"});
+  c.push_back({.rule = "py.patch-library",
+               .tag = "ContainerElement",
+               .source = Cuda{.module = "MODS = [torch]\nMODS[0].mul = print"}.Build(),
+               .at = "MODS[0].mul"});
+  c.push_back({.rule = "py.patch-library",
+               .tag = "ModuleHeldOnSelf",
+               .source = Cuda{.init = "self.lib = torch\nself.lib.allclose = print"}.Build(),
+               .at = "self.lib.allclose"});
+  c.push_back({.rule = "py.patch-library",
+               .tag = "ObjectSetattr",
+               .source = Cuda{.module = "def put(o, v):\n    object.__setattr__(o, \"mul\", v)\n\n\nput(torch, print)"}
+                             .Build(),
+               .at = "object.__setattr__"});
+  c.push_back({.rule = "py.patch-library",
+               .tag = "ModuleKeptOnAnotherObject",
+               .source = Cuda{.module = "class Holder:\n    def __init__(self, lib):\n        self.lib = lib\n\n"
+                                        "    def patch(self):\n        self.lib.mul = print\n\n\nHolder(torch).patch()"}
+                             .Build(),
+               .at = "self.lib.mul = print"});
+  c.push_back({.rule = "py.patch-library",
+               .tag = "ModuleSetOnSelfBySetattr",
+               .source = Cuda{.init = "setattr(self, \"lib\", torch)\nself.lib.allclose = print"}.Build(),
+               .at = "self.lib.allclose = print"});
+  c.push_back({.rule = "py.patch-library",
+               .tag = "DeleteThroughAParameter",
+               .source = Cuda{.module = "def drop(mod):\n    del mod.allclose"}.Build(),
+               .at = "del mod.allclose"});
   return c;
 }
 
@@ -1826,7 +2306,7 @@ std::vector<QuietCase> QuietCases() {
   c.push_back({.rule = "kernel.none", .tag = "KernelBenchExample", .source = std::string(kKernelBenchExample)});
   c.push_back({.rule = "py.library-compute-in-forward",
                .tag = "AutotunedTritonMatmul",
-               .source = std::string(kTritonMatmul),
+               .source = Replace(std::string(kTritonMatmul), "tl.dot(a, b)", "tl.dot(a, b, input_precision=\"ieee\")"),
                .backend = B::kTriton});
   c.push_back({.rule = "cpp.precision-downgrade",
                .tag = "TemplateKernelWithFloatDispatch",
@@ -1850,6 +2330,180 @@ std::vector<QuietCase> QuietCases() {
                               .forward = "with torch.cuda.device(x.device):\n    y = ext.relu(x * self.scale)",
                               .ret = "return y",
                               .methods = "@torch.no_grad()\ndef reset(self):\n    self.scale.fill_(1.0)"}
+                             .Build()});
+  // py.library-module-in-forward: layers kept for their weights, own modules.
+  c.push_back({.rule = "py.library-module-in-forward",
+               .tag = "WeightsAndBiasPassedToTheKernel",
+               .source = Cuda{.init = "self.fc = nn.Linear(16, 16)",
+                              .forward = "w, b = self.fc.weight, self.fc.bias\nshape = (self.fc.out_features, w.shape[1])"}
+                             .Build()});
+  c.push_back({.rule = "py.library-module-in-forward",
+               .tag = "OwnModuleForwardByName",
+               .source = Cuda{.module = "class Block(nn.Module):\n    def forward(self, t):\n        return ext.relu(t)",
+                              .init = "self.block = Block()",
+                              .forward = "x = self.block.forward(x)\nx = self.block(x)"}
+                             .Build()});
+  c.push_back({.rule = "py.library-module-in-forward",
+               .tag = "LayerSubclassWithItsOwnForward",
+               .source = Cuda{.module = "class Dense(nn.Linear):\n    def forward(self, t):\n        return ext.relu(t)",
+                              .init = "self.fc = Dense(16, 16)",
+                              .forward = "x = self.fc(x)"}
+                             .Build()});
+  c.push_back({.rule = "py.library-module-in-forward",
+               .tag = "ModuleListOfWeightHolders",
+               .source = Cuda{.init = "self.layers = nn.ModuleList([nn.Linear(16, 16) for _ in range(2)])",
+                              .forward = "for layer in self.layers:\n    w, b = layer.weight, layer.bias\n"
+                                         "for i, layer in enumerate(self.layers):\n    b = self.layers[i].bias\n"
+                                         "depth = len(self.layers)"}
+                             .Build()});
+  c.push_back({.rule = "py.library-module-in-forward",
+               .tag = "LayerQueries",
+               .source = Cuda{.init = "self.fc = nn.Linear(16, 16)",
+                              .forward = "if not isinstance(self.fc, nn.Linear) or not hasattr(self.fc, \"weight\"):\n"
+                                         "    raise TypeError(\"expected a linear layer\")\n"
+                                         "w = getattr(self.fc, \"weight\")"}
+                             .Build()});
+  // py.tensor-method-compute: in-place methods that only move data.
+  c.push_back({.rule = "py.tensor-method-compute",
+               .tag = "InPlaceCopiesAndFills",
+               .source = Cuda{.forward = "y = torch.empty_like(x)\ny.zero_()\ny.copy_(x)\ny.fill_(1.0)\n"
+                                         "y.requires_grad_(False)",
+                              .ret = "return ext.relu(y)"}
+                             .Build()});
+  // cpp.aten-compute: unqualified calls that are the candidate's own.
+  c.push_back({.rule = "cpp.aten-compute",
+               .tag = "OwnFunctionNamedMatmul",
+               .source = Cuda{.device = "torch::Tensor matmul(const torch::Tensor& a, const torch::Tensor& b) {\n"
+                                        "  return torch::empty({a.size(0), b.size(1)}, a.options());\n}",
+                              .host = "auto z = matmul(x, x.t());\n(void)z;"}
+                             .Build()});
+  c.push_back({.rule = "cpp.aten-compute",
+               .tag = "MathOnFloatsNamedLikeTensors",
+               .source = Cuda{.kernel = "__global__ void relu_kernel(const float* in, float* y, int n) {\n"
+                                        "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                                        "  if (i >= n) return;\n"
+                                        "  float x = in[i];\n"
+                                        "  float e = exp(x) + sqrt(fabsf(x)) + tanh(x) + pow(x, 2.f) + max(x, 0.f);\n"
+                                        "  y[i] = x > 0.f ? x : 0.f * e;\n"
+                                        "}\n"}
+                             .Build()});
+  c.push_back({.rule = "cpp.aten-compute",
+               .tag = "HelpersMacrosLambdasAndGuards",
+               .source = Cuda{.device = "#include <c10/cuda/CUDAGuard.h>\n"
+                                        "#define CHECK_INPUT(t) TORCH_CHECK(t.is_cuda(), #t \" must be CUDA\")\n"
+                                        "#define check_rows(t) TORCH_CHECK(t.dim() >= 1, \"rows\")\n"
+                                        "void check(const torch::Tensor& t) { TORCH_CHECK(t.numel() >= 0, \"empty\"); }\n"
+                                        "template <typename T> T same(T v) { return v; }",
+                              .host = "CHECK_INPUT(x);\ncheck_rows(x);\ncheck(x);\n"
+                                      "const at::cuda::OptionalCUDAGuard device_guard(device_of(x));\n"
+                                      "auto run = [&](torch::Tensor t) { return t; };\n"
+                                      "auto z = same(run(x));\n"
+                                      "std::vector<torch::Tensor> outs{z};\n"
+                                      "(void)outs;"}
+                             .Build()});
+  c.push_back({.rule = "cpp.aten-compute",
+               .tag = "TorchNnModuleBaseAndOptions",
+               .source = Cpu{.cpp_top = "struct Scale : torch::nn::Module {\n  float s = 2.f;\n};\n"
+                                        "using Opts = torch::nn::LinearOptions;",
+                             .loop = "for (int64_t i = 0; i < n; ++i) out[i] = in[i] > 0.f ? in[i] : 0.f;"}
+                             .Build(),
+               .backend = B::kCpu});
+  // cpp.dispatcher
+  c.push_back({.rule = "cpp.dispatcher",
+               .tag = "OwnNamesAndDispatchMacros",
+               .source = Cuda{.kernel = "template <typename scalar_t>\n"
+                                        "__global__ void relu_kernel(const scalar_t* x, scalar_t* y, int n) {\n"
+                                        "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                                        "  if (i < n) y[i] = x[i] > scalar_t(0) ? x[i] : scalar_t(0);\n"
+                                        "}\n",
+                              .device = "// no c10::Dispatcher, no redispatch, no TORCH_LIBRARY here\n"
+                                        "struct Router {\n  int redispatch(int v) const { return v; }\n};",
+                              .host = "Router router;\nint dispatch_key = router.redispatch(1);\n(void)dispatch_key;",
+                              .launch = "AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), \"relu\", ([&] {\n"
+                                        "  relu_kernel<scalar_t><<<(n + 255) / 256, 256>>>(\n"
+                                        "      x.data_ptr<scalar_t>(), y.data_ptr<scalar_t>(), n);\n"
+                                        "}));"}
+                             .Build()});
+  // cpp.vendor-library
+  c.push_back({.rule = "cpp.vendor-library",
+               .tag = "OwnDotProductNamedLikeBlas",
+               .source = Cpu{.cpp_top = "#define CSWAP(a, b) { float t_ = a; a = b; b = t_; }\n"
+                                        "float sdot(const float* a, const float* b, int64_t n) {\n"
+                                        "  float s = 0.f;\n  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];\n  return s;\n}",
+                             .loop = "float lo = 1.f, hi = 0.f;\nCSWAP(lo, hi);\n(void)lo;\n"
+                                     "const float self_dot = sdot(in, in, n);\n"
+                                     "for (int64_t i = 0; i < n; ++i) out[i] = in[i] > 0.f ? in[i] : 0.f * self_dot;"}
+                             .Build(),
+               .backend = B::kCpu});
+  // cpp.thread
+  c.push_back({.rule = "cpp.thread",
+               .tag = "ParallelForJoinsBeforeReturning",
+               .source = Cpu{.loop = "at::parallel_for(0, n, 2048, [&](int64_t b, int64_t e) {\n"
+                                     "  for (int64_t i = b; i < e; ++i) out[i] = in[i] > 0.f ? in[i] : 0.f;\n"
+                                     "});\n"
+                                     "const int pool_size = at::get_num_interop_threads();\n(void)pool_size;"}
+                             .Build(),
+               .backend = B::kCpu});
+  // cpp.process-or-io
+  c.push_back({.rule = "cpp.process-or-io",
+               .tag = "InlinePtxAndNamesLikeSignals",
+               .source = Cuda{.device = "__device__ unsigned lane_id() {\n  unsigned lane;\n"
+                                        "  asm volatile(\"mov.u32 %0, %%laneid;\" : \"=r\"(lane));\n  return lane;\n}",
+                              .host = "TORCH_CHECK(x.numel() >= 0, \"no syscall, signal() or alarm() here\");\n"
+                                      "float signal = 1.f, alarm_level = 0.f;\n(void)signal;\n(void)alarm_level;"}
+                             .Build()});
+  // cpp.precision-downgrade
+  c.push_back({.rule = "cpp.precision-downgrade",
+               .tag = "HostDeviceQualifiersAndFloatNames",
+               .source = Cuda{.device = "__host__ __device__ float hadd_like(float a, float b) { return a + b; }\n"
+                                        "__device__ float half_sum(const float* v, int n) { int half_n = n / 2; "
+                                        "return hadd_like(v[0], v[half_n]); }",
+                              .host = "TORCH_CHECK(x.scalar_type() == torch::kFloat32, \"fp32 only\");"}
+                             .Build()});
+  c.push_back({.rule = "cpp.precision-downgrade",
+               .tag = "HalfAliasesInFp16Task",
+               .source = Cuda{.device = "#include <cuda_fp16.h>\n"
+                                        "__device__ __nv_half2 pack(float2 v) { return __float22half2_rn(v); }",
+                              .host = "auto h = x.to(torch::kFloat16);\n(void)h;"}
+                             .Build(),
+               .precision = P::kFp16});
+  // py.precision-downgrade in Triton
+  c.push_back({.rule = "py.precision-downgrade",
+               .tag = "TritonDotIeee",
+               .source = Replace(std::string(kTritonMatmul), "tl.dot(a, b)", "tl.dot(a, b, input_precision=\"ieee\")"),
+               .backend = B::kTriton});
+  c.push_back({.rule = "py.precision-downgrade",
+               .tag = "TritonDotWithoutTf32",
+               .source = Replace(std::string(kTritonMatmul), "tl.dot(a, b)", "tl.dot(a, b, allow_tf32=False)"),
+               .backend = B::kTriton});
+  c.push_back({.rule = "py.precision-downgrade",
+               .tag = "TritonDotInFp16Task",
+               .source = std::string(kTritonMatmul),
+               .backend = B::kTriton,
+               .precision = P::kFp16});
+  // py.evaluator-access
+  c.push_back({.rule = "py.evaluator-access",
+               .tag = "ProfilerAnnotation",
+               .source = Cuda{.imports = "from torch.profiler import record_function",
+                              .forward = "with torch.profiler.record_function(\"relu\"):\n    y = ext.relu(x)\n"
+                                         "with record_function(\"again\"):\n    y = ext.relu(y)",
+                              .ret = "return y"}
+                             .Build()});
+  // py.patch-library
+  c.push_back({.rule = "py.patch-library",
+               .tag = "OwnInstancesContextsAndParameters",
+               .source = Cuda{.module = "class Config:\n    block = 256\n\n\n"
+                                        "cfg = Config()\nsetattr(cfg, \"block\", 128)\n"
+                                        "layer = nn.Linear(4, 4)\nlayer.bias = None\n\n\n"
+                                        "def helper(t):\n    return t\n\n\nhelper.calls = 0\n\n\n"
+                                        "class Scale(torch.autograd.Function):\n"
+                                        "    @staticmethod\n"
+                                        "    def forward(ctx, t, s):\n"
+                                        "        ctx.s = s\n"
+                                        "        return ext.relu(t)",
+                              .init = "self.cfg = Config()\nself.cfg.block = 64\nsetattr(self, \"scale\", 2.0)\n"
+                                      "self.register_buffer(\"bias\", torch.zeros(4))\nself.bias.requires_grad = False\n"
+                                      "for p in self.parameters():\n    p.requires_grad = False"}
                              .Build()});
   return c;
 }
@@ -1892,7 +2546,7 @@ TEST(StaticCheckRulesCoverageTest, EveryRuleHasAFiringAndAQuietCase) {
     EXPECT_TRUE(fires.contains(rule.id)) << rule.id << " has no case where it fires";
     EXPECT_TRUE(quiet.contains(rule.id)) << rule.id << " has no honest look-alike";
   }
-  EXPECT_EQ(static_rules, 38u);
+  EXPECT_EQ(static_rules, 39u);
 }
 
 // ---- what a finding says ----------------------------------------------------------
