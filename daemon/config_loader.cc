@@ -80,6 +80,8 @@ boost::system::result<v1::DaemonConfig, FieldError> ApplyConfigDefaults(v1::Daem
   if (c.max_log_bytes() == 0) c.set_max_log_bytes(16 << 10);
   if (c.sandbox_uid() == 0) c.set_sandbox_uid(65534);
   if (c.sandbox_gid() == 0) c.set_sandbox_gid(65534);
+  if (c.judge_uid() == 0) c.set_judge_uid(65533);
+  if (c.judge_gid() == 0) c.set_judge_gid(65533);
   if (c.job_scratch_bytes() == 0) c.set_job_scratch_bytes(4ull << 30);
   if (c.job_memory_bytes() == 0) c.set_job_memory_bytes(8ull << 30);
   if (c.job_pids() == 0) c.set_job_pids(1024);
@@ -125,6 +127,10 @@ boost::system::result<v1::DaemonConfig, FieldError> ApplyConfigDefaults(v1::Daem
     return FieldError{"max_correctness_trials", "must be at most 10000"};
   }
   if (c.max_log_bytes() > 1 << 20) return FieldError{"max_log_bytes", "must be at most 1 MiB"};
+  // Two ids, or the candidate's process could signal the judge and open its
+  // files (docs/judge-boundary.md); one user namespace cannot map one host id twice.
+  if (c.judge_uid() == c.sandbox_uid()) return FieldError{"judge_uid", "must differ from sandbox_uid"};
+  if (c.judge_gid() == c.sandbox_gid()) return FieldError{"judge_gid", "must differ from sandbox_gid"};
   if (c.job_pids() < 64) return FieldError{"job_pids", "must be at least 64 (PyTorch starts many threads)"};
   if (!(c.job_cpu_cores() >= 0) || c.job_cpu_cores() > 4096) {
     return FieldError{"job_cpu_cores", "must be between 0 (no limit) and 4096"};

@@ -616,18 +616,36 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
     // and the gate (stopping its reader) goes first however the scope ends.
     std::optional<DeviceTurns::Ticket> turn;
     std::unique_ptr<TurnGate> gate;
-    const fs::path turn_path = ws->home_dir() / "kbox_turn";
-    const fs::path notes_path = ws->home_dir() / "kbox_turn_notes";
     const auto gate_failed = [&](const std::string& error) {
       result.set_status(v1::INFRA_ERROR);
       result.set_message("cannot prepare the job's device turn: " + error);
       trace.cause.infra = InfraCause::kWorkspace;
     };
+    // The judge's own directory, fresh for every attempt (a stage queued
+    // again, one run again): its seed file and its FIFOs are made in it with
+    // O_EXCL by kboxd, where nothing the job ran can have put anything.
+    const std::optional<uid_t> judge_uid =
+        sandbox_.settings ? std::optional<uid_t>(sandbox_.settings->judge_uid) : std::nullopt;
+    const std::optional<gid_t> judge_gid =
+        sandbox_.settings ? std::optional<gid_t>(sandbox_.settings->judge_gid) : std::nullopt;
+    fs::path turn_path, notes_path;
+    const auto new_judge_dir = [&]() -> bool {
+      auto dir = ws->CreateJudgeDir(judge_uid, judge_gid);
+      if (!dir) {
+        gate_failed(dir.error().message);
+        return false;
+      }
+      placement.judge_dir = *dir;
+      turn_path = *dir / "kbox_turn";
+      notes_path = *dir / "kbox_turn_notes";
+      return true;
+    };
+    if (!new_judge_dir()) return;
     // The judge's notes move its ticket: set-up over, quiet asked, quiet over.
     const auto open_notes = [&] {
       TurnGate* const g = gate.get();
       const bool hand_over = config_.hand_over_turn();
-      return gate->OpenNotes(notes_path, options.owner_uid, options.owner_gid,
+      return gate->OpenNotes(notes_path, judge_uid, judge_gid,
                              [&turn, g, hand_over](char note) {
         if (note == 'r') {
           turn->SetUpDone();
@@ -648,7 +666,7 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
     };
     if (config_.run_stages_ahead() > 0) {
       gate = std::make_unique<TurnGate>();
-      if (auto error = gate->Open(turn_path, options.owner_uid, options.owner_gid)) {
+      if (auto error = gate->Open(turn_path, judge_uid, judge_gid)) {
         gate_failed(*error);
         return;
       }
@@ -735,7 +753,10 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
       // at once, its notes to the same ticket (its quiet too).
       gate.reset();
       gate = std::make_unique<TurnGate>();
-      auto error = gate->Open(turn_path, options.owner_uid, options.owner_gid);
+      if (!new_judge_dir()) return;
+      run_spec.set_device_turn_path(turn_path.string());
+      run_spec.set_device_notes_path(notes_path.string());
+      auto error = gate->Open(turn_path, judge_uid, judge_gid);
       if (!error) {
         gate->Give();
         error = open_notes();

@@ -58,10 +58,12 @@ LimitHit SandboxLimitHit(const StageOutcome& s) {
               ViolationKind::kSeccomp};
     }
     // Without a name, the stacked strict filter killed it: it only takes
-    // away process creation and exec (policy/seccomp/run_strict.policy).
+    // away process creation, exec and changes to limits and identity
+    // (policy/seccomp/run_strict.policy).
     if (s.last_party == v1::CANDIDATE) {
-      return {"tried to create a process or run a program, which the sandbox forbids once "
-              "candidate code runs (killed by the strict seccomp filter)",
+      return {"tried to create a process, run a program, or change its limits or identity, "
+              "which the sandbox forbids once candidate code runs (killed by the strict seccomp "
+              "filter)",
               ViolationKind::kSeccompStrict};
     }
     return {"made a system call the sandbox forbids (killed by seccomp)", ViolationKind::kSeccomp};

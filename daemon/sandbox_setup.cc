@@ -123,6 +123,8 @@ boost::system::result<SandboxRuntime, SandboxError> SetUpSandbox(const v1::Daemo
   ::chmod(s.spec_dir.c_str(), 0700);
   s.uid = config.sandbox_uid();
   s.gid = config.sandbox_gid();
+  s.judge_uid = config.judge_uid();
+  s.judge_gid = config.judge_gid();
   s.ptxas_path = host.probe.ptxas_path();
 
   std::vector<std::string> ro(std::begin(kDefaultReadOnly), std::end(kDefaultReadOnly));

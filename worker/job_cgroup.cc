@@ -119,7 +119,17 @@ boost::system::result<CgroupRoot, CgroupError> CgroupRoot::Create(const std::str
     root.bases_ = {base};
     return root;
   }
-  // cgroup v1: one hierarchy per controller.
+  // cgroup v1: one hierarchy per controller; freezer and cpuacct only for
+  // the candidate's group (optional: without a freezer it is not frozen).
+  for (const char* controller : {"freezer", "cpuacct"}) {
+    const auto own = OwnCgroupPath(controller);
+    const fs::path mount = fs::path(kCgroupFs) / controller;
+    if (!own || !fs::exists(mount / "cgroup.procs", ec)) break;
+    const fs::path base = mount / fs::path(*own).relative_path() / name;
+    fs::create_directories(base, ec);
+    if (ec) break;
+    root.freezer_bases_.push_back(base);
+  }
   for (const char* controller : {"memory", "pids"}) {
     const auto own = OwnCgroupPath(controller);
     const fs::path mount = fs::path(kCgroupFs) / controller;
@@ -136,23 +146,30 @@ boost::system::result<CgroupRoot, CgroupError> CgroupRoot::Create(const std::str
 }
 
 CgroupRoot::CgroupRoot(CgroupRoot&& other) noexcept
-    : version_(other.version_), cpu_(other.cpu_), bases_(std::move(other.bases_)) {
+    : version_(other.version_),
+      cpu_(other.cpu_),
+      bases_(std::move(other.bases_)),
+      freezer_bases_(std::move(other.freezer_bases_)) {
   other.bases_.clear();
+  other.freezer_bases_.clear();
 }
 
 CgroupRoot::~CgroupRoot() {
   for (const auto& base : bases_) ::rmdir(base.c_str());
+  for (const auto& base : freezer_bases_) ::rmdir(base.c_str());
 }
 
 std::string CgroupRoot::Describe() const {
-  return version_ == 2 ? (cpu_ ? "cgroup v2 (memory, pids, cpu)" : "cgroup v2 (memory, pids)")
-                       : "cgroup v1 (memory, pids)";
+  if (version_ == 2) return cpu_ ? "cgroup v2 (memory, pids, cpu)" : "cgroup v2 (memory, pids)";
+  return freezer_bases_.empty() ? "cgroup v1 (memory, pids)" : "cgroup v1 (memory, pids, freezer)";
 }
 
 boost::system::result<JobCgroup, CgroupError> CgroupRoot::CreateJob(const std::string& name,
                                                                     const CgroupLimits& limits) const {
   JobCgroup job;
   job.version_ = version_;
+  job.freezer_bases_ = freezer_bases_;
+  job.name_ = name;
   for (const auto& base : bases_) {
     const fs::path dir = base / name;
     if (::mkdir(dir.c_str(), 0755) != 0) {
@@ -189,14 +206,56 @@ boost::system::result<JobCgroup, CgroupError> CgroupRoot::CreateJob(const std::s
 }
 
 JobCgroup::JobCgroup(JobCgroup&& other) noexcept
-    : version_(other.version_), dirs_(std::move(other.dirs_)) {
+    : version_(other.version_),
+      dirs_(std::move(other.dirs_)),
+      freezer_bases_(std::move(other.freezer_bases_)),
+      name_(std::move(other.name_)),
+      candidate_dirs_(std::move(other.candidate_dirs_)) {
   other.dirs_.clear();
+  other.candidate_dirs_.clear();
 }
 
 JobCgroup::~JobCgroup() {
   if (dirs_.empty()) return;
   KillAll();
+  for (const auto& dir : candidate_dirs_) RemoveWhenEmpty(dir);
   for (const auto& dir : dirs_) RemoveWhenEmpty(dir);
+}
+
+boost::system::result<CandidateCgroupFiles, CgroupError> JobCgroup::AddCandidateGroup() {
+  CandidateCgroupFiles files;
+  files.version = version_;
+  const auto make = [&](const fs::path& dir) -> std::optional<CgroupError> {
+    if (::mkdir(dir.c_str(), 0755) != 0) {
+      return CgroupError{"cannot create " + dir.string() + ": " + std::strerror(errno)};
+    }
+    candidate_dirs_.push_back(dir);
+    return std::nullopt;
+  };
+  if (version_ == 2) {
+    const fs::path dir = dirs_.at(0) / "candidate";
+    if (auto e = make(dir)) return *e;
+    files.procs = {(dir / "cgroup.procs").string()};
+    files.freeze = (dir / "cgroup.freeze").string();
+    files.state = (dir / "cgroup.events").string();
+    files.cpu = (dir / "cpu.stat").string();  // usage_usec is there without the cpu controller
+    files.threads = (dir / "cgroup.threads").string();
+    return files;
+  }
+  if (freezer_bases_.empty()) return CgroupError{"no cgroup v1 freezer hierarchy"};
+  const fs::path freezer = freezer_bases_[0] / (name_ + ".candidate");
+  if (auto e = make(freezer)) return *e;
+  files.procs = {(freezer / "cgroup.procs").string()};
+  files.freeze = (freezer / "freezer.state").string();
+  files.state = files.freeze;
+  files.threads = (freezer / "tasks").string();
+  if (freezer_bases_.size() > 1) {
+    const fs::path cpuacct = freezer_bases_[1] / (name_ + ".candidate");
+    if (auto e = make(cpuacct)) return *e;
+    files.procs.push_back((cpuacct / "cgroup.procs").string());
+    files.cpu = (cpuacct / "cpuacct.usage").string();
+  }
+  return files;
 }
 
 std::vector<std::string> JobCgroup::ProcsFiles() const {
@@ -207,6 +266,10 @@ std::vector<std::string> JobCgroup::ProcsFiles() const {
 
 void JobCgroup::KillAll() const {
   if (dirs_.empty()) return;
+  if (version_ == 1 && !candidate_dirs_.empty()) {
+    // A frozen task takes a v1 SIGKILL only once thawed.
+    WriteValue(candidate_dirs_[0] / "freezer.state", "THAWED");
+  }
   if (version_ == 2 && WriteValue(dirs_[0] / "cgroup.kill", "1")) return;
   // v1 (or a kernel before 5.14): kill what is listed until nothing is.
   for (int round = 0; round < 100; ++round) {

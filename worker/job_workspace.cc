@@ -41,7 +41,11 @@ boost::system::result<JobWorkspace, WorkspaceError> JobWorkspace::Create(
   }
   for (const char* dir : {"build", "home", "tmp", "triton"}) {
     const fs::path path = root / dir;
-    if (::mkdir(path.c_str(), 0700) != 0) return WorkspaceError{ErrnoText("cannot create " + path.string())};
+    // build/ is read by the run stage's judge (another uid): the libraries'
+    // imports are checked before the candidate's process loads them.
+    const mode_t mode = std::string(dir) == "build" ? 0755 : 0700;
+    if (::mkdir(path.c_str(), mode) != 0) return WorkspaceError{ErrnoText("cannot create " + path.string())};
+    ::chmod(path.c_str(), mode);  // Past the umask.
     if (options.owner_uid &&
         ::chown(path.c_str(), *options.owner_uid, options.owner_gid.value_or(0)) != 0) {
       return WorkspaceError{ErrnoText("cannot chown " + path.string())};
@@ -71,6 +75,22 @@ JobWorkspace::~JobWorkspace() {
     fs::remove_all(root_, ec);
   }
   ::rmdir(root_.c_str());
+}
+
+boost::system::result<fs::path, WorkspaceError> JobWorkspace::CreateJudgeDir(
+    std::optional<uid_t> uid, std::optional<gid_t> gid) const {
+  for (int n = 1; n <= 1000; ++n) {
+    const fs::path dir = root_ / ("judge-" + std::to_string(n));
+    if (::mkdir(dir.c_str(), 0700) != 0) {
+      if (errno == EEXIST) continue;
+      return WorkspaceError{ErrnoText("cannot create " + dir.string())};
+    }
+    if (uid && ::chown(dir.c_str(), *uid, gid.value_or(0)) != 0) {
+      return WorkspaceError{ErrnoText("cannot chown " + dir.string())};
+    }
+    return boost::system::result<fs::path, WorkspaceError>(boost::system::in_place_value, dir);
+  }
+  return WorkspaceError{"too many run stages in " + root_.string()};
 }
 
 std::optional<std::string> JobWorkspace::WriteFile(const std::string& name,

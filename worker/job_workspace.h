@@ -8,9 +8,14 @@
 //     home/    HOME and working directory of the stage processes
 //     tmp/     TMPDIR when running without the sandbox
 //     triton/  TRITON_CACHE_DIR
+//     judge-N/ the run stage's judge: its HOME, TMPDIR and caches, the seed
+//              file and the device turn's FIFOs; one per run-stage attempt,
+//              owned by the judge's uid, 0700 (docs/judge-boundary.md)
 //
-// The writable directories belong to the sandbox's uid. Everything is removed,
-// without following any link a job left in it, when the workspace is destroyed.
+// build/, home/ and triton/ belong to the sandbox's uid (everything the
+// candidate controls); build/ is readable by the judge, which reads what the
+// compile stage built but never loads it. Everything is removed, without
+// following any link a job left in it, when the workspace is destroyed.
 
 #include <sys/types.h>
 
@@ -63,6 +68,12 @@ class JobWorkspace {
   // world-readable, never overwriting). Returns an error message on failure.
   std::optional<std::string> WriteFile(const std::string& name,
                                        const std::string& content) const;
+
+  // A fresh directory for one run stage's judge (judge-1, judge-2, ...):
+  // made by kboxd in the job's root, which no stage can write, so nothing a
+  // job did can have made or replaced it; 0700, owned by uid/gid when given.
+  boost::system::result<std::filesystem::path, WorkspaceError> CreateJudgeDir(
+      std::optional<uid_t> uid, std::optional<gid_t> gid) const;
 
   // Whether a tmpfs caps the job's disk use.
   bool scratch_capped() const { return mounted_; }

@@ -10,6 +10,7 @@
 #include <string_view>
 
 namespace kbox {
+namespace fs = std::filesystem;
 namespace {
 
 std::string SpecFileName(v1::Stage stage) {
@@ -70,30 +71,60 @@ StageRunner::StageRunner(HarnessSettings settings, std::optional<SandboxSettings
       sandbox_(std::move(sandbox)),
       inherited_(InheritedEnvironment(settings_)) {}
 
+std::vector<std::string> StageRunner::PlacedEnvironment(const fs::path& home, const std::string& tmp,
+                                                       const fs::path& extensions,
+                                                       const fs::path& triton) const {
+  std::vector<std::string> env = inherited_;
+  env.push_back("HOME=" + home.string());
+  env.push_back("TMPDIR=" + tmp);
+  env.push_back("TORCH_EXTENSIONS_DIR=" + extensions.string());
+  env.push_back("TRITON_CACHE_DIR=" + triton.string());
+  // Per-job JIT cache: one job's PTX must never be another's (cache poisoning).
+  env.push_back("CUDA_CACHE_PATH=" + (home / ".nv").string());
+  // torch.compile's and other libraries' caches default to /tmp and ~/.cache.
+  env.push_back("TORCHINDUCTOR_CACHE_DIR=" + (home / ".inductor").string());
+  env.push_back("XDG_CACHE_HOME=" + (home / ".cache").string());
+  env.push_back("PYTHONUNBUFFERED=1");
+  env.push_back("PYTHONDONTWRITEBYTECODE=1");
+  env.push_back("LANG=C.UTF-8");
+  env.push_back("MAX_JOBS=" + std::to_string(settings_.build_jobs));
+  // OpenMP workers sleep as soon as a parallel region ends instead of
+  // spinning for milliseconds: a side's spinning workers would otherwise
+  // take cores from the other side's timed call, and the judge could not
+  // tell them from work the candidate left running (docs/judge-boundary.md).
+  env.push_back("OMP_WAIT_POLICY=PASSIVE");
+  return env;
+}
+
+std::vector<std::string> StageRunner::CandidateEnvironment(const JobWorkspace& ws) const {
+  // Inside the sandbox /tmp is private to the stage; outside, the job's own.
+  return PlacedEnvironment(ws.home_dir(), sandbox_ ? std::string("/tmp") : ws.tmp_dir().string(),
+                           ws.build_dir(), ws.triton_dir());
+}
+
 ProcessSpec StageRunner::BuildProcessSpec(const JobWorkspace& ws, const std::string& spec_path,
                                           const StagePlacement& placement) const {
   ProcessSpec p;
   p.argv = {settings_.python, "-s", "-B", (settings_.harness_dir / "kbox_stage.py").string(),
             "--spec", spec_path, "--result-fd", "3"};
-  p.env = inherited_;
-  p.env.push_back("HOME=" + ws.home_dir().string());
-  // Inside the sandbox /tmp is private to the stage; outside, the job's own.
-  p.env.push_back("TMPDIR=" + (sandbox_ ? std::string("/tmp") : ws.tmp_dir().string()));
-  p.env.push_back("TORCH_EXTENSIONS_DIR=" + ws.build_dir().string());
-  p.env.push_back("TRITON_CACHE_DIR=" + ws.triton_dir().string());
-  // Per-job JIT cache: one job's PTX must never be another's (cache poisoning).
-  p.env.push_back("CUDA_CACHE_PATH=" + (ws.home_dir() / ".nv").string());
-  p.env.push_back("PYTHONUNBUFFERED=1");
-  p.env.push_back("PYTHONDONTWRITEBYTECODE=1");
-  p.env.push_back("LANG=C.UTF-8");
-  p.env.push_back("MAX_JOBS=" + std::to_string(settings_.build_jobs));
+  const fs::path& judge = placement.judge_dir;
+  if (judge.empty()) {
+    p.env = CandidateEnvironment(ws);
+    p.cwd = ws.home_dir().string();
+  } else {
+    // A run stage's judge: everything it writes, caches it may load code
+    // from included, is in its own directory, which nothing the candidate
+    // controls (the compile stage, the candidate's process) can reach
+    // (docs/judge-boundary.md). Its extensions directory starts empty.
+    p.env = PlacedEnvironment(judge, judge.string(), judge / "torch_extensions", judge / "triton");
+    p.cwd = judge.string();
+  }
   // An empty list hides every GPU: compile stages never hold one.
   p.env.push_back("CUDA_VISIBLE_DEVICES=" +
                   (placement.gpu ? std::to_string(*placement.gpu) : std::string()));
   if (!placement.cuda_arch.empty()) {
     p.env.push_back("TORCH_CUDA_ARCH_LIST=" + placement.cuda_arch);
   }
-  p.cwd = ws.home_dir().string();
   p.wall_limit = placement.wall_limit;
   p.cancel = placement.cancel;
   p.turn_granted_ns = placement.turn_granted_ns;
@@ -109,7 +140,8 @@ ProcessSpec StageRunner::BuildProcessSpec(const JobWorkspace& ws, const std::str
 v1::SandboxSpec StageRunner::BuildSandboxSpec(const JobWorkspace& ws, v1::Stage stage,
                                               const ProcessSpec& harness,
                                               const StagePlacement& placement,
-                                              const std::vector<std::string>& cgroup_procs) const {
+                                              const std::vector<std::string>& cgroup_procs,
+                                              const CandidateCgroupFiles* candidate_cgroup) const {
   const SandboxSettings& sb = *sandbox_;
   v1::SandboxSpec spec;
   for (const auto& arg : harness.argv) spec.add_argv(arg);
@@ -120,9 +152,13 @@ v1::SandboxSpec StageRunner::BuildSandboxSpec(const JobWorkspace& ws, v1::Stage 
   for (const auto& path : sb.ro_paths) spec.add_ro_paths(path);
   for (const auto& path : placement.extra_ro_paths) spec.add_ro_paths(path);
   spec.add_ro_paths(ws.src_dir().string());
-  for (const auto& dir : {ws.build_dir(), ws.home_dir(), ws.triton_dir()}) {
-    spec.add_rw_paths(dir.string());
-  }
+  const bool compile = stage == v1::STAGE_COMPILE;
+  // The run stage loads what the compile stage built and builds nothing:
+  // its candidate's process cannot replace a library once the judge has
+  // read its imports.
+  (compile ? spec.add_rw_paths(ws.build_dir().string()) : spec.add_ro_paths(ws.build_dir().string()));
+  for (const auto& dir : {ws.home_dir(), ws.triton_dir()}) spec.add_rw_paths(dir.string());
+  if (!placement.judge_dir.empty()) spec.add_rw_paths(placement.judge_dir.string());
   spec.set_tmp_bytes(sb.tmp_bytes);
   for (const char* dev : {"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"}) {
     spec.add_devices(dev);
@@ -134,11 +170,37 @@ v1::SandboxSpec StageRunner::BuildSandboxSpec(const JobWorkspace& ws, v1::Stage 
     spec.add_devices("/dev/nvidia-uvm");
     spec.add_devices("/dev/nvidia" + std::to_string(*placement.gpu));
   }
-  spec.set_outside_uid(sb.uid);
-  spec.set_outside_gid(sb.gid);
-  spec.set_inside_id(1000);
+  if (compile) {
+    spec.set_outside_uid(sb.uid);
+    spec.set_outside_gid(sb.gid);
+    spec.set_inside_id(kCandidateInsideId);
+  } else {
+    // The program is the judge; the candidate's process it forks gets the
+    // id every compile stage has (docs/judge-boundary.md).
+    spec.set_outside_uid(sb.judge_uid);
+    spec.set_outside_gid(sb.judge_gid);
+    spec.set_inside_id(kJudgeInsideId);
+    auto* candidate = spec.mutable_candidate();
+    candidate->set_inside_id(kCandidateInsideId);
+    candidate->set_outside_uid(sb.uid);
+    candidate->set_outside_gid(sb.gid);
+  }
+  if (candidate_cgroup) {
+    int fd = kFirstInheritedFd;
+    const auto inherit = [&](const std::string& path, bool write) {
+      if (path.empty()) return;
+      auto* file = spec.add_inherited_files();
+      file->set_path(path);
+      file->set_write(write);
+      file->set_fd(fd++);
+    };
+    for (const auto& procs : candidate_cgroup->procs) inherit(procs, true);
+    inherit(candidate_cgroup->freeze, true);
+    inherit(candidate_cgroup->state, false);
+    inherit(candidate_cgroup->cpu, false);
+    inherit(candidate_cgroup->threads, false);
+  }
   spec.set_hostname("kbox");
-  const bool compile = stage == v1::STAGE_COMPILE;
   spec.set_seccomp_policy((sb.policy_dir / (compile ? "compile.policy" : "run.policy")).string());
   auto* limits = spec.mutable_rlimits();
   limits->set_nofile(4096);
@@ -158,25 +220,16 @@ v1::SandboxSpec StageRunner::BuildSandboxSpec(const JobWorkspace& ws, v1::Stage 
 }
 
 StageOutcome StageRunner::RunSandboxed(const JobWorkspace& ws, v1::Stage stage,
-                                       ProcessSpec harness, const StagePlacement& placement) const {
+                                       ProcessSpec harness, const StagePlacement& placement,
+                                       std::optional<JobCgroup> cgroup,
+                                       const CandidateCgroupFiles* candidate_cgroup) const {
   StageOutcome outcome;
   const std::string name = ws.job_id() + (stage == v1::STAGE_COMPILE ? "-compile" : "-run");
-  std::optional<JobCgroup> cgroup;
-  std::vector<std::string> procs;
-  if (sandbox_->cgroups) {
-    CgroupLimits limits = sandbox_->limits;
-    if (stage != v1::STAGE_COMPILE) limits.cpu_weight = sandbox_->run_cpu_weight;
-    auto created = sandbox_->cgroups->CreateJob(name, limits);
-    if (!created) {
-      outcome.process.spawn_error = created.error().message;
-      return outcome;
-    }
-    cgroup.emplace(std::move(*created));
-    procs = cgroup->ProcsFiles();
-  }
+  const std::vector<std::string> procs = cgroup ? cgroup->ProcsFiles() : std::vector<std::string>{};
   const std::string spec_path = (sandbox_->spec_dir / (name + ".pb")).string();
   {
-    const v1::SandboxSpec spec = BuildSandboxSpec(ws, stage, harness, placement, procs);
+    const v1::SandboxSpec spec =
+        BuildSandboxSpec(ws, stage, harness, placement, procs, candidate_cgroup);
     const int fd = ::open(spec_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
     const bool written = fd >= 0 && spec.SerializeToFileDescriptor(fd);
     if (fd >= 0) ::close(fd);
@@ -228,6 +281,9 @@ std::vector<std::string> StageRunner::ZygoteEnvironment() const {
                          // A fork copies only the forking thread: the zygote
                          // must have no other (kbox_zygote.py checks).
                          "OMP_NUM_THREADS=1", "MKL_NUM_THREADS=1", "OPENBLAS_NUM_THREADS=1",
+                         // Read once by libgomp, at the zygote's import: every
+                         // stage forked from it gets it (PlacedEnvironment).
+                         "OMP_WAIT_POLICY=PASSIVE",
                          "NUMEXPR_NUM_THREADS=1", "VECLIB_MAXIMUM_THREADS=1",
                          // is_available() through NVML, never a CUDA context.
                          "PYTORCH_NVML_BASED_CUDA_CHECK=1",
@@ -251,40 +307,96 @@ std::optional<ProcessOutcome> StageRunner::RunPreforked(const std::string& slot,
   return zygote.Run(spec_path, limits);
 }
 
-std::optional<std::string> StageRunner::WriteSecret(const JobWorkspace& ws, uint64_t seed,
+std::optional<std::string> StageRunner::WriteSecret(const fs::path& judge_dir, uint64_t seed,
                                                     std::string& path) const {
-  // In the job's home (writable by the sandbox's uid, so the judge can delete
-  // it) and readable by that uid only. The spec files sit in the read-only
-  // source directory, which the candidate's process can read.
-  path = (ws.home_dir() / "kbox_secret.json").string();
-  // A stage run again (set_up_again) finds the first one's file when its
-  // judge failed before deleting it; unlink never follows a link.
-  ::unlink(path.c_str());
+  // In the judge's own directory, which kboxd made for this stage alone (so
+  // O_EXCL cannot meet a file a job planted), readable by the judge's uid
+  // only. The spec files sit in the read-only source directory, which the
+  // candidate's process can read.
+  path = (judge_dir / "kbox_secret.json").string();
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0) return "cannot create " + path;
+  if (fd < 0) return "cannot create the judge's seed file in " + judge_dir.filename().string();
   const std::string text = "{\"seed\": \"" + std::to_string(seed) + "\"}\n";
   const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
-                  (!sandbox_ || ::fchown(fd, sandbox_->uid, sandbox_->gid) == 0);
+                  (!sandbox_ || ::fchown(fd, sandbox_->judge_uid, sandbox_->judge_gid) == 0);
   ::close(fd);
-  if (!ok) return "cannot write " + path;
+  if (!ok) return "cannot write the judge's seed file";
   return std::nullopt;
 }
 
+std::optional<JobCgroup> StageRunner::CreateStageCgroup(const JobWorkspace& ws, v1::Stage stage,
+                                                        std::string& error) const {
+  if (!sandbox_ || !sandbox_->cgroups) return std::nullopt;
+  const std::string name = ws.job_id() + (stage == v1::STAGE_COMPILE ? "-compile" : "-run");
+  CgroupLimits limits = sandbox_->limits;
+  if (stage != v1::STAGE_COMPILE) limits.cpu_weight = sandbox_->run_cpu_weight;
+  auto created = sandbox_->cgroups->CreateJob(name, limits);
+  if (!created) {
+    error = created.error().message;
+    return std::nullopt;
+  }
+  return std::move(*created);
+}
+
 StageOutcome StageRunner::Run(const JobWorkspace& ws, const v1::StageSpec& given,
-                              const StagePlacement& placement) const {
+                              const StagePlacement& given_placement) const {
   StageOutcome outcome;
+  StagePlacement placement = given_placement;
+  const bool run_stage = given.stage() == v1::STAGE_RUN;
   // The seed decides every trial's inputs: a candidate that could read it
   // could precompute answers. Compile stages do not need it; the run stage
   // gets it through a file only its judge process reads.
   v1::StageSpec spec = given;
   spec.set_seed(0);
-  if (given.stage() == v1::STAGE_RUN) {
+  if (run_stage) {
+    if (placement.judge_dir.empty()) {
+      auto dir = ws.CreateJudgeDir(
+          sandbox_ ? std::optional<uid_t>(sandbox_->judge_uid) : std::nullopt,
+          sandbox_ ? std::optional<gid_t>(sandbox_->judge_gid) : std::nullopt);
+      if (!dir) {
+        outcome.process.spawn_error = dir.error().message;
+        return outcome;
+      }
+      placement.judge_dir = *dir;
+    }
     std::string secret;
-    if (auto error = WriteSecret(ws, given.seed(), secret)) {
+    if (auto error = WriteSecret(placement.judge_dir, given.seed(), secret)) {
       outcome.process.spawn_error = *error;
       return outcome;
     }
     spec.set_secret_path(secret);
+    auto* boundary = spec.mutable_candidate_boundary();
+    if (sandbox_) {
+      boundary->set_uid(kCandidateInsideId);
+      boundary->set_gid(kCandidateInsideId);
+      boundary->set_own_pid_namespace(true);
+    }
+    for (const auto& kv : CandidateEnvironment(ws)) boundary->add_env(kv);
+    boundary->set_cwd(ws.home_dir().string());
+  }
+  std::string cgroup_error;
+  std::optional<JobCgroup> cgroup = CreateStageCgroup(ws, given.stage(), cgroup_error);
+  if (!cgroup_error.empty()) {
+    outcome.process.spawn_error = cgroup_error;
+    return outcome;
+  }
+  std::optional<CandidateCgroupFiles> candidate_cgroup;
+  if (run_stage && cgroup && sandbox_->cgroups->CanFreeze()) {
+    auto files = cgroup->AddCandidateGroup();
+    if (!files) {
+      outcome.process.spawn_error = files.error().message;
+      return outcome;
+    }
+    candidate_cgroup = std::move(*files);
+    auto* out = spec.mutable_candidate_boundary()->mutable_cgroup();
+    out->set_version(static_cast<uint32_t>(candidate_cgroup->version));
+    // The numbering BuildSandboxSpec gives the inherited files.
+    int fd = kFirstInheritedFd;
+    for (size_t i = 0; i < candidate_cgroup->procs.size(); ++i) out->add_procs_fds(fd++);
+    out->set_freeze_fd(fd++);
+    out->set_state_fd(fd++);
+    out->set_cpu_fd(candidate_cgroup->cpu.empty() ? -1 : fd++);
+    out->set_threads_fd(fd++);
   }
   std::string json;
   google::protobuf::util::JsonPrintOptions options;
@@ -303,7 +415,8 @@ StageOutcome StageRunner::Run(const JobWorkspace& ws, const v1::StageSpec& given
   }
   ProcessSpec harness = BuildProcessSpec(ws, (ws.src_dir() / name).string(), placement);
   if (sandbox_) {
-    outcome = RunSandboxed(ws, spec.stage(), std::move(harness), placement);
+    outcome = RunSandboxed(ws, spec.stage(), std::move(harness), placement, std::move(cgroup),
+                           candidate_cgroup ? &*candidate_cgroup : nullptr);
   } else {
     outcome.process = RunProcess(harness);
   }

@@ -37,8 +37,10 @@ struct SandboxSettings {
   std::filesystem::path policy_dir;           // compile.policy, run.policy, run_strict.policy.
   std::filesystem::path spec_dir;             // SandboxSpec files; never visible to jobs.
   std::filesystem::path root_mount_point;     // Empty directory for the sandboxes' roots.
-  uint32_t uid = 65534;                       // Host uid/gid of sandboxed processes.
+  uint32_t uid = 65534;                       // Host uid/gid of what the candidate controls.
   uint32_t gid = 65534;
+  uint32_t judge_uid = 65533;                 // Host uid/gid of the run stage's judge.
+  uint32_t judge_gid = 65533;
   std::vector<std::string> ro_paths;          // Read-only binds of every stage.
   std::vector<std::string> run_masked_paths;  // The toolchain, hidden from run stages.
   uint64_t tmp_bytes = 1ull << 30;            // Private /tmp and /dev/shm.
@@ -86,6 +88,9 @@ struct StagePlacement {
   // kernel's first launch (through the harness's broker; the candidate's own
   // process cannot exec under the strict filter).
   bool mask_toolchain = true;
+  // A run stage's judge directory (JobWorkspace::CreateJudgeDir): its HOME,
+  // TMPDIR and caches, the seed file. Empty: Run makes one.
+  std::filesystem::path judge_dir;
   // The slot running the stage (a device lane "gpu0", "cpu1.1"; a compile
   // worker "compile3"): once EnablePrefork ran, the stage is forked by that
   // slot's zygote. Empty: fork+exec.
@@ -134,9 +139,24 @@ class StageRunner {
                                const StagePlacement& placement) const;
 
   // The sandbox around `harness` for `stage` (exposed for tests).
+  // `candidate_cgroup`: a run stage's candidate group, whose files the
+  // launcher opens for the judge.
   v1::SandboxSpec BuildSandboxSpec(const JobWorkspace& workspace, v1::Stage stage,
                                    const ProcessSpec& harness, const StagePlacement& placement,
-                                   const std::vector<std::string>& cgroup_procs) const;
+                                   const std::vector<std::string>& cgroup_procs,
+                                   const CandidateCgroupFiles* candidate_cgroup = nullptr) const;
+
+  // The environment of a run stage's candidate process: the stage's own
+  // (HOME, TMPDIR and caches in the job's candidate-owned directories),
+  // none of the judge's (exposed for tests).
+  std::vector<std::string> CandidateEnvironment(const JobWorkspace& workspace) const;
+
+  // The inside ids of a sandboxed run stage: the candidate's process keeps
+  // the id every other stage runs as; the judge has its own.
+  static constexpr uint32_t kCandidateInsideId = 1000;
+  static constexpr uint32_t kJudgeInsideId = 1001;
+  // Where the judge finds the candidate group's files (SandboxInheritedFile.fd).
+  static constexpr int kFirstInheritedFd = 100;
 
   // Starts stages with a zygote_slot through that slot's zygote
   // (docs/prefork.md) from now on; needs the sandbox. `enter_library` is
@@ -155,11 +175,21 @@ class StageRunner {
   const std::optional<SandboxSettings>& sandbox() const { return sandbox_; }
 
  private:
-  // Writes the run stage's secret seed file into the job's home; sets `path`.
-  std::optional<std::string> WriteSecret(const JobWorkspace& workspace, uint64_t seed,
+  // Writes the run stage's secret seed file into the judge's directory; sets `path`.
+  std::optional<std::string> WriteSecret(const std::filesystem::path& judge_dir, uint64_t seed,
                                          std::string& path) const;
+  // The stage's cgroup, where the host delegates cgroups; `error` set when
+  // it could not be made.
+  std::optional<JobCgroup> CreateStageCgroup(const JobWorkspace& workspace, v1::Stage stage,
+                                             std::string& error) const;
   StageOutcome RunSandboxed(const JobWorkspace& workspace, v1::Stage stage, ProcessSpec harness,
-                            const StagePlacement& placement) const;
+                            const StagePlacement& placement, std::optional<JobCgroup> cgroup,
+                            const CandidateCgroupFiles* candidate_cgroup) const;
+  // The environment variables that place a stage's files (HOME, TMPDIR, caches) in `home`.
+  std::vector<std::string> PlacedEnvironment(const std::filesystem::path& home,
+                                             const std::string& tmp,
+                                             const std::filesystem::path& extensions,
+                                             const std::filesystem::path& triton) const;
 
   // Runs the sandboxed stage of `spec_path` through the slot's zygote;
   // nullopt when the zygote cannot start (the caller falls back to fork+exec).

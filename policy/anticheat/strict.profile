@@ -55,6 +55,7 @@ run.native-thread              reject     # the built library imports thread cre
 run.native-unreadable          reject     # a built library kbox cannot parse cannot be vouched for
 run.nondeterministic           reject     # races and reads of uninitialised memory that pass by luck (H19)
 run.output-contract            reject     # lazy tensors, subclasses and aliased outputs lie to the comparison (H9)
+run.output-kept                reject     # a model holding copies of its outputs replays them in later calls (H10)
 run.thread-started             reject     # a thread can finish the work after the clock stops (H8)
 run.timed-output-mismatch      reject     # timed calls that skip or replay work (H10, H11)
 run.timing-mismatch            reject     # an in-process clock that disagrees with the outside one was tampered with (H12)

@@ -112,6 +112,9 @@ constexpr std::array kRules{
              "the same input twice gave different outputs"},
     RuleInfo{"run.output-contract", "H9",
              "the output is not a plain torch.Tensor of the reference's dtype, shape and device, or aliases an input"},
+    RuleInfo{"run.output-kept", "H10",
+             "the model kept a copy of an output it returned, which the reference's does not: results "
+             "stored to be replayed in later calls"},
     RuleInfo{"run.thread-started", "H8",
              "forward left a thread running after it returned"},
     RuleInfo{"run.timed-output-mismatch", "H11",

@@ -111,6 +111,6 @@ def test_the_judge_computes_it_once_per_input_set(monkeypatch):
     small = torch.full((8,), 3e-5)
     assert stage._tolerance(small, ("trial", 0)) == pytest.approx(3e-7)
     assert stage._tolerance(small * (1 + 1e-3), ("trial", 0)) == pytest.approx(3e-7)  # second look
-    for d in (1e-4, -5e-4, 9e-4):  # spot checks of one timing pool set
-        assert stage._tolerance(torch.randn(8) * (1 + d), ("pool", 2)) == 1e-4
-    assert len(calls) == 2 and stage.findings.has("run.degenerate-problem")
+    for k in range(3):  # spot checks of three timed calls, each its own input set
+        assert stage._tolerance(torch.randn(8), ("timing", k)) == 1e-4
+    assert len(calls) == 4 and stage.findings.has("run.degenerate-problem")

@@ -78,19 +78,3 @@ def test_device_tensors_are_transformed_on_their_device():
         for p, q, x in zip(a, b, xs):
             assert p.device == x.device and torch.equal(_bits(p), _bits(q))
             assert torch.equal(torch.sign(p[torch.isfinite(p)]), torch.sign(x[torch.isfinite(p)]))
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
-def test_perturbed_in_one_pass_has_the_bits_of_perturbed_then_shifted(dtype):
-    base = [torch.randn(33, 7, generator=torch.Generator().manual_seed(4)).to(dtype), torch.arange(6)]
-    base[0][0, 0] = float("inf")
-    for d in (0.0, 7.3e-4, -9.99e-4):
-        for k in (1, 5):
-            want = inputs.shifted(inputs.perturbed(base, d), k)
-            got = inputs.perturbed_shifted(base, d, k)
-            for g, w in zip(got, want):
-                assert g.dtype == w.dtype and torch.equal(_bits(g), _bits(w))
-                assert g.storage_offset() == w.storage_offset() and g.stride() == w.stride()
-            static = [torch.empty_like(t) for t in base]
-            inputs.load_perturbed(static, base, d)
-            assert all(torch.equal(_bits(s), _bits(w)) for s, w in zip(static, inputs.perturbed(base, d)))

@@ -11,7 +11,7 @@ import torch
 from test_stages import Job, _check
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "worker", "harness"))
-from kbox_harness import candidate_worker, exchange, run_stage  # noqa: E402
+from kbox_harness import candidate_worker, run_stage  # noqa: E402
 
 # Counts its forwards; the third (trial 2's) raises.
 REFERENCE_THIRD_CALL_RAISES = '''
@@ -91,41 +91,42 @@ def test_reference_failing_in_a_later_trial_is_the_references(tmp_path):
 
 
 def test_the_candidates_window_is_announced_as_the_candidates(tmp_path):
-    # From sending a trial's forward to reading its reply kboxd is told the
+    # From sending a command to reading its reply kboxd is told the
     # candidate runs (a limit hit then is the candidate's), and no other
     # party is announced in between: each request to the candidate's
-    # process is exactly one CANDIDATE window (import, build, 3 trials, the
-    # second look, the launch probe). Reference code run inside a window
-    # would split it in two.
+    # process is exactly one CANDIDATE window (import, build, 3 trials' call
+    # and save, the second look's call and save). Reference code run inside
+    # a window would split it in two.
     result = _job(tmp_path).run("STAGE_RUN", measure_performance=False)
     _check(result, "OK")
-    assert result.parties.count("CANDIDATE") == 7, result.parties
+    assert result.parties.count("CANDIDATE") == 10, result.parties
 
 
 def test_honest_trials_report_their_steps(tmp_path):
     report = _check(_job(tmp_path).run("STAGE_RUN"), "OK")
     # Every output crossed the arena: 3 trials, the second look, the
     # timing's spot checks.
-    assert report["arena_outputs"] >= 5 and "file_outputs" not in report, report
+    assert report["arena_outputs"] >= 5 and "memfd_outputs" not in report, report
     phases = report["phase_ms"]
     assert len(report["trials"]) == 3 and all(t["passed"] for t in report["trials"])
     for step in ("reference", "write", "candidate", "read", "compare"):
         assert phases["trial_" + step] >= 0
-    for step in ("load", "forward", "save"):
+    for step in ("load", "forward", "save_write"):
         assert phases["trial_candidate_" + step] >= 0
     assert phases["degenerate_checks"] >= 0 and phases["draws"] > 0
 
 
-@pytest.mark.parametrize("arena_bytes", [str(1 << 30), None], ids=["arena", "files"])
+@pytest.mark.parametrize("arena_bytes", [str(1 << 30), None], ids=["arena", "memfd"])
 def test_inputs_changed_by_forward_still_travel_back(tmp_path, arena_bytes):
     # cand_dyn_mutates writes into its input: the copy taken before forward
-    # differs, so the inputs go back and the judge flags the mutation.
+    # differs, so the inputs go back and the judge flags the mutation. No
+    # arena: every crossing is a memfd of its own on the crossing socket.
     job = _job(tmp_path, "cand_dyn_mutates.py")
     report = _check(job.run("STAGE_RUN", exchange_arena_bytes=arena_bytes), "INCORRECT")
     assert any(v["rule_id"] == "run.input-mutation" for v in report["verdicts"])
     assert "changed its inputs" in report["trials"][0]["failure"]
     assert ("arena_outputs" in report) == (arena_bytes is not None), report
-    assert ("file_outputs" in report) == (arena_bytes is None), report
+    assert ("memfd_outputs" in report) == (arena_bytes is None), report
 
 
 def test_inputs_are_copied_only_up_to_the_limit(monkeypatch):
@@ -137,26 +138,31 @@ def test_inputs_are_copied_only_up_to_the_limit(monkeypatch):
 
 
 class _Stage(object):
-    """Enough of RunStage for _candidate_output."""
-    findings = None
+    """Enough of RunStage for _candidate_output: its save is answered with
+    `saved`, whatever read_output then finds."""
 
-    def __init__(self, tmp_path):
+    def __init__(self, data):
         from kbox_harness import dynamic_checks
         self.findings = dynamic_checks.Findings()
         self.device = torch.device("cpu")
-        self.arena = None
-        self.outputs_via = {"arena_outputs": 0, "file_outputs": 0}
+        self._data = data
 
-    read_candidate = run_stage.RunStage.read_candidate
+    def ask(self, cmd):
+        assert cmd["op"] == "save"
+        return {"output": {"arena": 1}}
+
+    def _candidate_steps(self, reply):
+        pass
+
+    def read_output(self, saved):
+        return self._data
 
 
-def test_an_output_without_inputs_needs_the_inputs_kept_reply(tmp_path):
-    stage = _Stage(tmp_path)
+def test_an_output_without_inputs_needs_the_inputs_kept_reply():
     x = [torch.ones(4)]
     for reply, readable in (({"inputs_kept": True}, True), ({}, False), ({"inputs_kept": 1}, False)):
-        path = str(tmp_path / "out.kbt")
-        exchange.save(path, {"out": x[0] * 2})
-        data, broken = run_stage.RunStage._candidate_output(stage, reply, path, x, x[0] * 2)
+        stage = _Stage({"out": x[0] * 2})
+        data, broken = run_stage.RunStage._candidate_output(stage, reply, x, x[0] * 2)
         assert (broken is None) == readable, (reply, broken)
         if readable:
             assert "inputs" not in data and torch.equal(data["out"], x[0] * 2)

@@ -187,6 +187,47 @@ TEST_F(SandboxTest, ChildrenDieWithTheSandbox) {
   EXPECT_FALSE(alive) << "the setsid() grandchild survived the sandbox";
 }
 
+// The run stage's split (docs/judge-boundary.md): the program is the judge,
+// holding CAP_SETUID/CAP_SETGID/CAP_KILL; the child it forks first is its own
+// pid namespace's init, takes the candidate's id, and reaches nothing of the
+// judge's: no pid, no signal, no /proc entry.
+TEST_F(SandboxTest, TheCandidatesProcessCannotReachTheJudge) {
+  auto spec = Spec({KBOX_SANDBOXEE_BIN, "split", "1000"});
+  spec.set_inside_id(1001);
+  spec.set_outside_uid(65533);
+  spec.set_outside_gid(65533);
+  auto* candidate = spec.mutable_candidate();
+  candidate->set_inside_id(1000);
+  candidate->set_outside_uid(65534);
+  candidate->set_outside_gid(65534);
+  const auto out = Run(spec);
+  ASSERT_EQ(out.end, ProcessOutcome::End::kExited) << DescribeEnd(out) << out.output_tail;
+  EXPECT_EQ(out.exit_code, 0) << out.output_tail;
+}
+
+// Without the candidate's identity nothing of the split is there: no
+// capability survives into the program.
+TEST_F(SandboxTest, WithoutACandidateIdentityTheProgramHoldsNothing) {
+  const auto out = Try({"split", "1000"});
+  ASSERT_EQ(out.end, ProcessOutcome::End::kExited) << DescribeEnd(out) << out.output_tail;
+  EXPECT_EQ(out.exit_code, 3) << out.output_tail;
+}
+
+// The launcher opens the inherited files (the candidate's cgroup controls)
+// at their numbers for the program, and only for it.
+TEST_F(SandboxTest, InheritedFilesReachTheProgramAtTheirNumbers) {
+  const fs::path file = dir_ / "inherited";
+  std::ofstream(file) << "hello\n";
+  auto spec = Spec({"/bin/cat", "/proc/self/fd/100"});
+  auto* inherited = spec.add_inherited_files();
+  inherited->set_path(file.string());
+  inherited->set_fd(100);
+  const auto out = Run(spec);
+  ASSERT_EQ(out.end, ProcessOutcome::End::kExited) << out.output_tail;
+  EXPECT_EQ(out.exit_code, 0) << out.output_tail;
+  EXPECT_EQ(out.output_tail, "hello\n");
+}
+
 TEST_F(SandboxTest, UnusableSpecIsASetupFailureNotTheProgramsFault) {
   auto spec = Spec({"/bin/true"});
   spec.set_root_mount_point((dir_ / "does-not-exist" / "deeper").string());

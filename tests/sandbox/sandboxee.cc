@@ -16,6 +16,12 @@
 //   kill-init        SIGKILL pid 1 of the sandbox (its init)
 //   exec PATH        execve PATH (e.g. a compiler hidden from run stages)
 //   whoami           print "pid P uid U fds F..." (honest; exits 0)
+//   split UID        as the run stage's judge does (docs/judge-boundary.md):
+//                    fork a child that takes UID and drops every capability,
+//                    keep CAP_KILL; the child then tries to reach this process
+//                    (signal it, read its /proc entries, find it as a pid).
+//                    Exits 0 when the child got nowhere, kGotThrough when it
+//                    got through, and another code when a step failed
 //
 // kbox-sandboxee-enter is the same program for the return mode
 // (libkbox_sandbox_enter.so): `kbox-sandboxee-enter SPEC WHAT...` enters the
@@ -34,6 +40,10 @@
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
+
+#include <linux/capability.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -127,6 +137,61 @@ int WhoAmI() {
   return 0;
 }
 
+// The capability sets of this thread (effective, permitted).
+std::pair<uint64_t, uint64_t> Caps() {
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2] = {};
+  ::syscall(SYS_capget, &header, data);
+  return {data[0].effective | (uint64_t{data[1].effective} << 32),
+          data[0].permitted | (uint64_t{data[1].permitted} << 32)};
+}
+
+bool SetCaps(uint64_t caps) {
+  ::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2] = {};
+  for (int i = 0; i < 2; ++i) {
+    data[i].effective = data[i].permitted = static_cast<uint32_t>(caps >> (32 * i));
+  }
+  return ::syscall(SYS_capset, &header, data) == 0;
+}
+
+int Split(unsigned uid) {
+  const uint64_t judge_caps = (1ull << CAP_SETUID) | (1ull << CAP_SETGID) | (1ull << CAP_KILL);
+  if (Caps().first != judge_caps) {
+    std::fprintf(stderr, "split: the judge started with capabilities %llx\n",
+                 static_cast<unsigned long long>(Caps().first));
+    return 3;
+  }
+  const pid_t judge = ::getpid();
+  const pid_t child = ::fork();
+  if (child < 0) return Refused("fork");
+  if (child == 0) {
+    if (::setresgid(uid, uid, uid) != 0 || ::setresuid(uid, uid, uid) != 0 || !SetCaps(0)) _exit(4);
+    if (Caps().second != 0 || ::getuid() != uid) _exit(5);
+    if (::getpid() != 1 || ::getppid() != 0) {
+      std::fprintf(stderr, "split: the candidate is pid %d, parent %d\n", ::getpid(), ::getppid());
+      _exit(6);
+    }
+    // Whatever number the judge has outside, it has none here; and no
+    // signal may reach a process of the judge's uid.
+    int reached = 0;
+    for (pid_t p : {judge, pid_t{2}, pid_t{3}}) reached += ::kill(p, SIGTERM) == 0;
+    reached += ::kill(-1, SIGTERM) == 0;
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/%d/environ", static_cast<int>(judge));
+    const int fd = ::open(path, O_RDONLY);
+    char byte;
+    reached += fd >= 0 && ::read(fd, &byte, 1) >= 0;
+    _exit(reached == 0 ? 0 : kGotThrough);
+  }
+  if (!SetCaps(1ull << CAP_KILL) || Caps().first != (1ull << CAP_KILL)) return 7;
+  int status = 0;
+  if (::waitpid(child, &status, 0) != child) return 8;
+  // The judge alive to see it, and the child's verdict.
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 9;
+}
+
 int Sandboxee(int argc, char** argv) {
   if (argc < 2) return kUsage;
   const std::string what = argv[1];
@@ -166,6 +231,7 @@ int Sandboxee(int argc, char** argv) {
     return Refused("execv");
   }
   if (what == "whoami") return WhoAmI();
+  if (what == "split" && argc == 3) return Split(static_cast<unsigned>(std::atoi(argv[2])));
   return kUsage;
 }
 

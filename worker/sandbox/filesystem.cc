@@ -153,14 +153,24 @@ StepError BuildDev(const fs::path& root, const v1::SandboxSpec& spec, const Host
 }
 
 StepError BuildEtc(const fs::path& root, const v1::SandboxSpec& spec) {
-  const std::string id = std::to_string(spec.inside_id());
   // Python, compilers and ctypes look up the current user; nothing of the
-  // host's account database is needed or shown.
-  if (auto e = WriteFile(root / "etc/passwd", "root:x:0:0::/:/bin/false\nkbox:x:" + id + ":" + id +
-                                                   "::/tmp:/bin/false\n")) {
-    return e;
+  // host's account database is needed or shown. A run stage's program is the
+  // judge; the candidate's process has the name every other stage's has.
+  std::string passwd = "root:x:0:0::/:/bin/false\n";
+  std::string group = "root:x:0:\n";
+  const auto add = [&](const std::string& name, unsigned id) {
+    const std::string n = std::to_string(id);
+    passwd += name + ":x:" + n + ":" + n + "::/tmp:/bin/false\n";
+    group += name + ":x:" + n + ":\n";
+  };
+  if (spec.has_candidate()) {
+    add("kbox", spec.candidate().inside_id());
+    add("kbox-judge", spec.inside_id());
+  } else {
+    add("kbox", spec.inside_id());
   }
-  if (auto e = WriteFile(root / "etc/group", "root:x:0:\nkbox:x:" + id + ":\n")) return e;
+  if (auto e = WriteFile(root / "etc/passwd", passwd)) return e;
+  if (auto e = WriteFile(root / "etc/group", group)) return e;
   return WriteFile(root / "etc/hostname", spec.hostname() + "\n");
 }
 

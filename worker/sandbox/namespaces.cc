@@ -45,11 +45,16 @@ std::vector<std::string> NamespaceNames() {
   return names;
 }
 
-StepError WriteIdMaps(pid_t pid, unsigned inside, unsigned outside_uid, unsigned outside_gid) {
+StepError WriteIdMaps(pid_t pid, const std::vector<IdMapping>& ids) {
   if (auto e = WriteProcFile(pid, "setgroups", "deny")) return e;
-  const std::string in = std::to_string(inside) + " ";
-  if (auto e = WriteProcFile(pid, "uid_map", in + std::to_string(outside_uid) + " 1\n")) return e;
-  return WriteProcFile(pid, "gid_map", in + std::to_string(outside_gid) + " 1\n");
+  std::string uids, gids;
+  for (const IdMapping& id : ids) {
+    uids += std::to_string(id.inside) + " " + std::to_string(id.outside_uid) + " 1\n";
+    gids += std::to_string(id.inside) + " " + std::to_string(id.outside_gid) + " 1\n";
+  }
+  // Each map is one write: the kernel takes a map whole or not at all.
+  if (auto e = WriteProcFile(pid, "uid_map", uids)) return e;
+  return WriteProcFile(pid, "gid_map", gids);
 }
 
 StepError ProbeNamespaces() {

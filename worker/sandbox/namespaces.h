@@ -18,9 +18,18 @@ int NamespaceCloneFlags();
 // Names of the namespaces above, for messages ("user", "pid", ...).
 std::vector<std::string> NamespaceNames();
 
-// Written by the parent for its child `pid`: setgroups "deny", then one-line
-// uid and gid maps `inside outside 1`.
-StepError WriteIdMaps(pid_t pid, unsigned inside, unsigned outside_uid, unsigned outside_gid);
+// One mapped identity: `inside` in the user namespace is the host's
+// outside_uid / outside_gid.
+struct IdMapping {
+  unsigned inside = 0;
+  unsigned outside_uid = 0;
+  unsigned outside_gid = 0;
+};
+
+// Written by the parent for its child `pid`: setgroups "deny", then uid and
+// gid maps with one line `inside outside 1` per mapping (the run stage maps
+// the judge's and the candidate's ids, docs/judge-boundary.md).
+StepError WriteIdMaps(pid_t pid, const std::vector<IdMapping>& ids);
 
 // Checks that this host lets kbox create every namespace it needs, by
 // creating them once in a short-lived child. Returns which one failed and how

@@ -34,21 +34,54 @@ StepError ApplyRlimits(const v1::SandboxRlimits& l) {
   return SetLimit(RLIMIT_MEMLOCK, "MEMLOCK", 64 << 10, 64 << 10);
 }
 
-StepError BecomeSandboxUser(unsigned id) {
-  // Empty the bounding set first (it needs CAP_SETPCAP, gone after setresuid),
-  // so nothing can regain a capability later.
+namespace {
+
+constexpr int kJudgeCaps[] = {CAP_SETUID, CAP_SETGID, CAP_KILL};
+
+bool IsJudgeCap(int cap) {
+  for (int kept : kJudgeCaps) {
+    if (cap == kept) return true;
+  }
+  return false;
+}
+
+// Empties the bounding set but for `keep` (it needs CAP_SETPCAP, gone after
+// setresuid), switches to `id`, and sets every other capability set to `keep`.
+StepError BecomeUserKeeping(unsigned id, bool keep_judge_caps) {
   for (int cap = 0; cap <= CAP_LAST_CAP; ++cap) {
+    if (keep_judge_caps && IsJudgeCap(cap)) continue;
     if (::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) {
       return Errno("PR_CAPBSET_DROP " + std::to_string(cap));
     }
   }
+  if (keep_judge_caps && ::prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) != 0) return Errno("PR_SET_KEEPCAPS");
   if (::setresgid(id, id, id) != 0) return Errno("setresgid");
   if (::setresuid(id, id, id) != 0) return Errno("setresuid");
   __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
   __user_cap_data_struct data[2] = {};
+  if (keep_judge_caps) {
+    for (int cap : kJudgeCaps) {
+      data[cap / 32].effective |= 1u << (cap % 32);
+      data[cap / 32].permitted |= 1u << (cap % 32);
+      data[cap / 32].inheritable |= 1u << (cap % 32);
+    }
+  }
   if (::syscall(SYS_capset, &header, data) != 0) return Errno("capset");
+  if (keep_judge_caps) {
+    for (int cap : kJudgeCaps) {
+      if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, cap, 0, 0) != 0) {
+        return Errno("PR_CAP_AMBIENT_RAISE " + std::to_string(cap));
+      }
+    }
+  }
   return std::nullopt;
 }
+
+}  // namespace
+
+StepError BecomeSandboxUser(unsigned id) { return BecomeUserKeeping(id, false); }
+
+StepError BecomeJudgeUser(unsigned id) { return BecomeUserKeeping(id, true); }
 
 StepError SetNoNewPrivs() {
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return Errno("PR_SET_NO_NEW_PRIVS");

@@ -17,6 +17,16 @@ StepError ApplyRlimits(const v1::SandboxRlimits& limits);
 // namespace the process keeps no capabilities across exec.
 StepError BecomeSandboxUser(unsigned inside_id);
 
+// The run stage's judge (docs/judge-boundary.md): as BecomeSandboxUser, but
+// CAP_SETUID, CAP_SETGID and CAP_KILL stay in the bounding, permitted,
+// inheritable and ambient sets, so that they survive the exec of the
+// harness (no file capabilities are involved, so the exec is not a secure
+// one). They are capabilities in the sandbox's own user namespace only, where
+// the judge's and the candidate's are the only ids. The judge gives the
+// candidate's process its id with them right after forking it, and then
+// keeps CAP_KILL alone (to stop a candidate of another id).
+StepError BecomeJudgeUser(unsigned inside_id);
+
 StepError SetNoNewPrivs();
 
 // Closes every descriptor above 2 except `keep`.

@@ -55,6 +55,25 @@ std::vector<char*> CStrings(const google::protobuf::RepeatedPtrField<std::string
   return out;
 }
 
+// Opens the spec's inherited files at their descriptor numbers, as the
+// host's root and before any namespace exists (they are host paths: the
+// candidate's cgroup controls). Not close-on-exec: the program keeps them.
+StepError OpenInheritedFiles(const v1::SandboxSpec& spec) {
+  for (const auto& file : spec.inherited_files()) {
+    if (file.fd() <= 2 || ::fcntl(file.fd(), F_GETFD) >= 0) {
+      return "inherited file " + file.path() + ": descriptor " + std::to_string(file.fd()) +
+             " is not free";
+    }
+    const int fd = ::open(file.path().c_str(),
+                          (file.write() ? O_WRONLY : O_RDONLY) | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return Errno("open " + file.path());
+    const bool moved = ::dup2(fd, file.fd()) == file.fd();
+    ::close(fd);
+    if (!moved) return Errno("dup2 " + file.path());
+  }
+  return std::nullopt;
+}
+
 // The program's own steps. In kExec mode it ends in execve; in kReturn mode
 // it returns, confined exactly as an exec'd program would be from its first
 // instruction (the filter and every other step are in force before return).
@@ -62,11 +81,20 @@ void ConfineProgram(Context& ctx) {
   const auto& spec = *ctx.spec;
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) Die(Errno("PR_SET_PDEATHSIG"));
   std::vector<int> keep(spec.keep_fds().begin(), spec.keep_fds().end());
+  for (const auto& file : spec.inherited_files()) keep.push_back(file.fd());
   keep.push_back(ctx.listener_socket[1]);
   auto argv = CStrings(spec.argv());
   auto envp = CStrings(spec.env());
-  for (const StepError& e : {ApplyRlimits(spec.rlimits()), BecomeSandboxUser(spec.inside_id()),
-                             SetNoNewPrivs(), CloseOtherFds(keep)}) {
+  if (spec.has_candidate()) {
+    // The judge's children (the candidate's process first) start in a pid
+    // namespace of their own: none of them has a pid for the judge, init or
+    // anything else outside it. Needs CAP_SYS_ADMIN, dropped just below.
+    if (::unshare(CLONE_NEWPID) != 0) Die(Errno("unshare a pid namespace for the candidate"));
+  }
+  const StepError identity = spec.has_candidate() ? BecomeJudgeUser(spec.inside_id())
+                                                  : BecomeSandboxUser(spec.inside_id());
+  for (const StepError& e : {ApplyRlimits(spec.rlimits()), identity, SetNoNewPrivs(),
+                             CloseOtherFds(keep)}) {
     if (e) Die(*e);
   }
   if (::chdir(spec.cwd().c_str()) != 0) Die(Errno("chdir " + spec.cwd()));
@@ -130,6 +158,8 @@ void RunInit(Context& ctx) {
     ::close(sigfd);
     return;
   }
+  // The inherited files are the program's alone.
+  for (const auto& file : spec.inherited_files()) ::close(file.fd());
   if (ctx.mode == EntryMode::kReturn) {
     // Init is a copy of its caller, the zygote's child, with CPython's
     // handlers (SIGINT) and ignored signals. As pid 1 it must have no
@@ -177,7 +207,13 @@ void RunInit(Context& ctx) {
 // ends the way the program ended.
 [[noreturn]] void RunLauncher(const v1::SandboxSpec& spec, pid_t init, int go_write,
                               int status_read) {
-  if (auto e = WriteIdMaps(init, spec.inside_id(), spec.outside_uid(), spec.outside_gid())) {
+  for (const auto& file : spec.inherited_files()) ::close(file.fd());  // init has its copies
+  std::vector<IdMapping> ids = {{spec.inside_id(), spec.outside_uid(), spec.outside_gid()}};
+  if (spec.has_candidate()) {
+    ids.push_back({spec.candidate().inside_id(), spec.candidate().outside_uid(),
+                   spec.candidate().outside_gid()});
+  }
+  if (auto e = WriteIdMaps(init, ids)) {
     ::kill(init, SIGKILL);
     Die(*e);
   }
@@ -246,6 +282,7 @@ StepError EnterSandbox(const v1::SandboxSpec& spec, EntryMode mode) {
     out << ::getpid() << std::flush;
     if (!out) return "cannot join cgroup " + procs;
   }
+  if (auto e = OpenInheritedFiles(spec)) return e;
   int go[2], status[2];
   if (::pipe2(go, O_CLOEXEC) != 0) return Errno("pipe2");
   if (::pipe2(status, O_CLOEXEC) != 0) {

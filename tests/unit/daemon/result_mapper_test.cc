@@ -645,7 +645,7 @@ TEST(ResultMapperTest, SeccompKillOfCandidateIsSandboxViolationNamingTheCall) {
   v1::EvaluateResult forked;
   ApplyRunStage(strict, forked);
   EXPECT_EQ(forked.status(), v1::SANDBOX_VIOLATION);
-  EXPECT_NE(forked.message().find("create a process or run a program"), std::string::npos)
+  EXPECT_NE(forked.message().find("create a process, run a program"), std::string::npos)
       << forked.message();
   // The same kill while kbox's harness ran is a policy gap, never the candidate's.
   s.last_party = v1::HARNESS;

@@ -47,7 +47,8 @@ TEST(JobWorkspaceTest, CreatesPrivateDirectoriesAndSources) {
   EXPECT_EQ(ws->job_id(), "job1");
   for (const fs::path& dir : {ws->build_dir(), ws->home_dir(), ws->tmp_dir(), ws->triton_dir()}) {
     EXPECT_TRUE(fs::is_directory(dir)) << dir;
-    EXPECT_EQ(ModeOf(dir), 0700u) << dir;
+    // build/ is read by the run stage's judge, another uid than its owner.
+    EXPECT_EQ(ModeOf(dir), dir == ws->build_dir() ? 0755u : 0700u) << dir;
     EXPECT_EQ(dir.parent_path(), ws->root()) << dir;
   }
   // Sources sit apart from the writable directories: the sandbox binds src/
@@ -192,6 +193,24 @@ TEST(JobWorkspaceTest, MovedFromWorkspaceDoesNotRemoveTree) {
     EXPECT_TRUE(fs::is_directory(root));
   }
   EXPECT_FALSE(fs::exists(root));
+}
+
+// Each run stage's judge gets a directory of its own in the job's root, which
+// no stage can write: a fresh name every time, 0700, never one that exists.
+TEST(JobWorkspaceTest, JudgeDirectoriesAreFreshAndPrivate) {
+  TempDir tmp;
+  auto ws = JobWorkspace::Create(tmp.path(), "job2", "r", "c");
+  ASSERT_TRUE(ws) << ws.error().message;
+  // Something already named like the first (kboxd never makes it: a stage
+  // cannot write the job's root, but the name must not be reused either way).
+  fs::create_directory(ws->root() / "judge-1");
+  auto first = ws->CreateJudgeDir(std::nullopt, std::nullopt);
+  auto second = ws->CreateJudgeDir(std::nullopt, std::nullopt);
+  ASSERT_TRUE(first && second);
+  EXPECT_EQ(*first, ws->root() / "judge-2");
+  EXPECT_EQ(*second, ws->root() / "judge-3");
+  EXPECT_EQ(ModeOf(*first), 0700u);
+  EXPECT_TRUE(fs::is_empty(*second));
 }
 
 }  // namespace

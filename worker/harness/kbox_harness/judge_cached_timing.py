@@ -23,7 +23,7 @@ import sys
 
 import torch
 
-from . import inputs, judge_timing, judging, timing
+from . import judge_timing, judging, timing
 from .protocol import CANDIDATE, HARNESS
 
 SOURCE_LIVE = "live"
@@ -75,7 +75,7 @@ class CachedReferenceTiming(object):
 
     def _measure_timing(self, ref_model, get_inputs, init_inputs):
         """Both timings, or the candidate's against the cached reference
-        figure. The timing pool and the warm-up calls come first, beside
+        figure. The warm-up calls come first, beside
         whatever another stage does on the device: they only bring both
         sides to their steady state. Everything timed, the fits and the
         calibration rounds included, runs with the device to this stage
@@ -90,7 +90,7 @@ class CachedReferenceTiming(object):
             sys.stderr.write("kbox: cached reference figure not used (%s): timing both live\n" % (
                 "fresh_reference_timing" if spec.fresh_reference_timing else "input signature differs"))
         t0 = timing.now_ms()
-        self._warm_up(ref_model, self._timing_pool(get_inputs), reference=not usable, candidate=True)
+        self._warm_up(ref_model, get_inputs, reference=not usable, candidate=True)
         self._timed("timing_warm_up", t0)
         self._timing_alone(lambda: self._measure_either(ref_model, get_inputs, signature, usable))
 
@@ -121,26 +121,24 @@ class CachedReferenceTiming(object):
         (untimed) only for the calls that are spot-checked. Returns the
         candidate's Timing dict; adds the same findings as _measure."""
         spec = self.spec
-        pool = self._timing_pool(get_inputs)  # drawn, sent and warmed before the quiet
         # Not fitted: only the empty calibration rounds use it, so their
         # shape matches the interleaved rounds' (the judge's turn, then the
         # candidate's).
         clock = timing.Clock(self.device, generous=True)
         t0 = timing.now_ms()
-        self.ask({"op": "prep", "pool": 0, "scale": 0.0, "shift": 1}, HARNESS)
-        fit = self.ask({"op": "fit"})
+        fit = self.ask({"op": "call", "inputs": self.cross(self._timing_set(get_inputs, "fit")), "fit": True})
         cand_cover = judging.number(fit.get("cover_ms")) or 0.0
         self._summed("timing_fit", t0)
-        overhead = self._calibrate(clock, len(pool))
+        overhead = self._calibrate(clock, get_inputs)
         cand_times, outside, outran, uncovered = [], [], 0, ([], [])
         checks = 0
+        idle_checks = self._idle_check_rounds()
         started = timing.now_ms()
         max_calls = max(spec.performance_trials, judge_timing._MAX_CALLS_FACTOR * spec.performance_trials)
         for j in range(max_calls):
-            k = j % len(pool)
-            d = self.rng.uniform(-1e-3, 1e-3)
-            self.ask({"op": "prep", "pool": k, "scale": d, "shift": self.rng.randrange(1, 9)}, HARNESS)
-            reply, ms = self.ask_timed({"op": "time"})
+            x = self._timing_set(get_inputs, j)
+            where = self.cross(x)
+            reply, ms = self.ask_timed({"op": "call", "inputs": where}, idle_check=j in idle_checks)
             cand_ms = judging.number(reply.get("ms"))
             if cand_ms is None:
                 raise judging.ClientFailed(CANDIDATE, message="candidate's process sent no time for a timed call")
@@ -149,17 +147,17 @@ class CachedReferenceTiming(object):
             outran += 1 if reply.get("outran") is True else 0
             if checks < judge_timing._MAX_SPOT_CHECKS and (j < 2 or self.rng.random() < judge_timing._SPOT_CHECK_SHARE):
                 checks += 1
-                # As _measure's rounds: the reference on the same perturbed
-                # values (at other addresses), compared with the timed output.
-                ref_in = inputs.perturbed_shifted(pool[k], d, 1)
-                ref_out = self.call(self.forward, ref_model, ref_in)
-                self._spot_check(j, k, ref_out, ref_in)
-                del ref_out, ref_in
+                # As _measure's rounds: the reference on the same inputs,
+                # compared with the timed output.
+                ref_out = self.call(self.forward, ref_model, x)
+                self._spot_check(j, reply, ref_out, x)
+                del ref_out
+            del x
             if self.device.type == "cuda" and j % 2 == 1:
-                checks += self._uncovered_call(ref_model, pool, k, uncovered,
+                checks += self._uncovered_call(ref_model, get_inputs, uncovered,
                                                checks < judge_timing._MAX_SPOT_CHECKS, j)
             if j % judge_timing._OVERHEAD_EVERY == judge_timing._OVERHEAD_EVERY - 1:
-                overhead.append(self._empty_round(clock, k))
+                overhead.append(self._empty_round(clock))
             if j + 1 >= spec.performance_trials:
                 if timing.relative_ci(cand_times) <= 0.01 or \
                         timing.now_ms() - started > judge_timing._TIMING_BUDGET_MS:

@@ -1,8 +1,7 @@
 """The judge's timing rounds (a part of run_stage.RunStage).
 
 Reference and candidate are timed in interleaved rounds, each on the same
-fresh perturbed input set at fresh addresses, the L2 flushed before each call
-(timing.Clock). The candidate's calls happen in its own process; this
+freshly drawn input set, the L2 flushed before each call (timing.Clock). The candidate's calls happen in its own process; this
 process checks the times that process reports against its own clock, and
 compares the outputs of a random share of the timed calls (chosen after the
 call) with the reference's.
@@ -22,7 +21,12 @@ from .protocol import CANDIDATE, HARNESS
 # _MAX_CALLS_FACTOR * performance_trials calls.
 _TIMING_BUDGET_MS = 10000.0
 _MAX_CALLS_FACTOR = 10
-_TIMING_POOL = 4          # distinct input sets drawn for timing
+# Calibration rounds time the reference too when its call takes at most this
+# long (longer calls dwarf what the outside clock's calibration can miss).
+_CALIBRATE_WITH_REFERENCE_MS = 2.0
+# Timed rounds after which the judge watches for work the candidate's
+# process left running (run_stage._idle_check).
+_IDLE_CHECKS = 3
 _SPOT_CHECK_SHARE = 0.25  # timed outputs compared with the reference's
 _MAX_SPOT_CHECKS = 24     # each one sends the output back (the exchange arena or a file)
 _OVERHEAD_CALLS = 12      # empty rounds that calibrate the outside clock
@@ -35,80 +39,80 @@ _TRACE_ENV = "KBOX_TIMING_TRACE"
 
 
 class TimingRounds(object):
-    """Mixed into RunStage: uses its ask/call/draw/prepare/write helpers."""
+    """Mixed into RunStage: uses its ask/call/draw/prepare/cross helpers."""
 
-    def _timing_pool(self, get_inputs):
-        """The timing rounds' input sets, drawn from their own seeds and sent
-        to the candidate's process once per stage (a live measurement after
-        a cached one uses the same sets)."""
-        if self._pool is None:
-            pool = [self.prepare(self.draw(judging.trial_seed(self.seed, "timing-%d" % k), get_inputs))
-                    for k in range(_TIMING_POOL)]
-            # All sets in one crossing (the input arena, or a file where they
-            # do not fit), loaded by the candidate's process at once; the
-            # judge keeps its own copies.
-            where = self.inputs_for_candidate(pool, "pool")
-            self.ask(dict(where, op="pool"), HARNESS)
-            self.release_inputs(where)
-            self._pool = pool
-        return self._pool
+    def _timing_set(self, get_inputs, tag):
+        """Fresh inputs for one timed call (or a warm-up, fit or calibration
+        call), drawn as the correctness trials' are: the reference's
+        get_inputs() under a seed of their own, then the trials'
+        distributions in turn. No two calls of the stage see the same values
+        or values that are a scaling of another's, so a result kept from an
+        earlier call, or rescaled from one, is wrong here; and every call's
+        inputs are laid out as a trial's (fresh tensors at offset 0), so
+        their layout cannot tell a timed call from a checked one."""
+        n = self._timing_sets
+        self._timing_sets += 1
+        raw = self.draw(judging.trial_seed(self.seed, "timing-%s" % tag), get_inputs)
+        name = inputs.for_trial(n)
+        if name == inputs.AS_DRAWN:
+            return self.prepare(raw)
+        return self.prepare(inputs.transform(self.on_device(raw), name,
+                                             judging.trial_seed(self.seed, "timing-dist-%s" % tag)))
 
-    def _warm_up(self, ref_model, pool, reference, candidate):
-        """spec.warmup_calls untimed calls of either side on the pool's sets.
+    def _warm_up(self, ref_model, get_inputs, reference, candidate):
+        """spec.warmup_calls untimed calls of either side on fresh inputs.
         They bring caches, allocators and JIT compilers to their steady state
         and measure nothing, so they may run before the holder's quiet
         (run_stage._timing_alone), beside another stage's CUDA start."""
         for w in range(self.spec.warmup_calls):
-            k = w % len(pool)
+            x = self._timing_set(get_inputs, "warm-%d" % w)
+            where = self.cross(x) if candidate else None  # before the reference may change x
             if reference:
-                self.call(self.forward, ref_model, inputs.shifted(pool[k], 1))
+                self.call(self.forward, ref_model, x)
             if candidate:
-                self.ask({"op": "prep", "pool": k, "scale": 0.0, "shift": 1}, HARNESS)
-                self.ask({"op": "time"})
+                self.ask({"op": "call", "inputs": where})
 
     def _measure(self, ref_model, get_inputs, reference_warm):
         """Interleaved timing: each round times the reference here and then
-        the candidate in its process, on the same fresh perturbed input set at
-        fresh addresses, the L2 flushed before each call and the clock stopped
-        after a device-wide sync. Outputs of a random share of the candidate's
-        timed calls (all of the first two; chosen after the call) are
-        compared with the reference's, and the candidate's own clock is
-        checked against the time this process saw its calls take. The
-        candidate is warm already (_measure_timing); the reference too when
-        reference_warm."""
+        the candidate in its process, on the same fresh input set, the L2
+        flushed before each call and the clock stopped after a device-wide
+        sync. Outputs of a random share of the candidate's timed calls (all
+        of the first two; chosen after the call) are compared with the
+        reference's, and the candidate's own clock is checked against the
+        time this process saw its calls take. The candidate is warm already
+        (_measure_timing); the reference too when reference_warm."""
         spec = self.spec
-        pool = self._timing_pool(get_inputs)
         if not reference_warm:
-            self._warm_up(ref_model, pool, reference=True, candidate=False)
+            self._warm_up(ref_model, get_inputs, reference=True, candidate=False)
         clock = timing.Clock(self.device, generous=True)
         t0 = timing.now_ms()
-        graph = self._capture_reference(ref_model, pool)
+        graph = self._capture_reference(ref_model, get_inputs)
         # Each side sizes its own launch cover to its warm model (timing.Clock).
-        self.call(clock.fit, self._reference_call(ref_model, graph, pool[0], 0.0)[1])
-        self.ask({"op": "prep", "pool": 0, "scale": 0.0, "shift": 1}, HARNESS)
-        fit = self.ask({"op": "fit"})
+        x = self._timing_set(get_inputs, "fit")
+        where = self.cross(x)
+        self.call(clock.fit, self._reference_call(ref_model, graph, x)[1])
+        fit = self.ask({"op": "call", "inputs": where, "fit": True})
         cand_cover = judging.number(fit.get("cover_ms")) or 0.0
         self._summed("timing_fit", t0)
-        overhead = self._calibrate(clock, len(pool))
+        overhead = self._calibrate(clock, get_inputs, ref_model, graph)
         ref_times, cand_times, outside = [], [], []
         outran = [0, 0]  # calls whose host launch work outlasted the cover: reference, candidate
         uncovered = ([], [])  # the candidate's calls without the cover: times, host times
         checks = 0
+        idle_checks = self._idle_check_rounds()
         trace = _RoundTrace(os.environ.get(_TRACE_ENV))
         started = timing.now_ms()
         max_calls = max(spec.performance_trials, _MAX_CALLS_FACTOR * spec.performance_trials)
         for j in range(max_calls):
-            k = j % len(pool)
             steps = trace.steps()
-            d = self.rng.uniform(-1e-3, 1e-3)
-            ref_in, ref_fn = self._reference_call(ref_model, graph, pool[k], d)
-            steps.lap("ref_prep")
+            x = self._timing_set(get_inputs, j)
+            where = self.cross(x)  # before the reference's call may change x
+            steps.lap("draw")
+            ref_in, ref_fn = self._reference_call(ref_model, graph, x)
             ref = self.call(clock.time, ref_fn)
             ref_out = ref.out
             steps.lap("ref_call")
-            self.ask({"op": "prep", "pool": k, "scale": d, "shift": self.rng.randrange(1, 9)}, HARNESS)
-            steps.lap("cand_prep")
-            reply, ms = self.ask_timed({"op": "time"})
+            reply, ms = self.ask_timed({"op": "call", "inputs": where}, idle_check=j in idle_checks)
             steps.lap("cand_call")
             outside.append(ms)
             cand_ms = judging.number(reply.get("ms"))
@@ -124,14 +128,14 @@ class TimingRounds(object):
             outran[1] += 1 if reply.get("outran") is True else 0
             if checks < _MAX_SPOT_CHECKS and (j < 2 or self.rng.random() < _SPOT_CHECK_SHARE):
                 checks += 1
-                self._spot_check(j, k, ref_out, ref_in)
+                self._spot_check(j, reply, ref_out, ref_in)
                 steps.lap("spot_check")
-            del ref_out, ref_in, ref
+            del ref_out, ref_in, ref, x
             if self.device.type == "cuda" and j % 2 == 1:
-                checks += self._uncovered_call(ref_model, pool, k, uncovered, checks < _MAX_SPOT_CHECKS, j)
+                checks += self._uncovered_call(ref_model, get_inputs, uncovered, checks < _MAX_SPOT_CHECKS, j)
                 steps.lap("uncovered")
             if j % _OVERHEAD_EVERY == _OVERHEAD_EVERY - 1:
-                overhead.append(self._empty_round(clock, k))
+                overhead.append(self._empty_round(clock))
                 steps.lap("empty_round")
             trace.write(steps_ms=steps.laps, **record)
             n = j + 1
@@ -155,27 +159,31 @@ class TimingRounds(object):
             self.findings.add("run.timing-mismatch", why)
         self._physical_floor(cand["lower_quartile_ms"])
 
-    def _reference_call(self, ref_model, graph, base, d):
-        """(the inputs the reference's call sees, the call) for pool set
-        `base` perturbed by d (inputs.perturbed): a replay of the captured
-        graph with the perturbed values written into its buffers, or the
-        eager forward on them at a fresh address. Either way written in one
-        pass, with no intermediate copy (d = 0 leaves the values as they are:
-        x * 1.0 == x)."""
-        if graph is not None:
-            self.call(inputs.load_perturbed, graph.static, base, d)
-            return graph.static, graph.replay
-        ref_in = inputs.perturbed_shifted(base, d, self.rng.randrange(1, 9))
-        return ref_in, lambda: self._no_grad(ref_model, ref_in)
+    def _idle_check_rounds(self):
+        """The timed rounds after which the judge watches the candidate's
+        process for work left running (run_stage._idle_check): the first,
+        and two chosen at random among the first performance_trials."""
+        rounds = max(1, self.spec.performance_trials)
+        return {0} | {self.rng.randrange(rounds) for _ in range(_IDLE_CHECKS - 1)}
 
-    def _capture_reference(self, ref_model, pool):
+    def _reference_call(self, ref_model, graph, x):
+        """(the inputs the reference's call sees, the call) for the input set
+        x: a replay of the captured graph with x written into its buffers, or
+        the eager forward on x."""
+        if graph is not None:
+            self.call(graph.load, x)
+            return graph.static, graph.replay
+        return x, lambda: self._no_grad(ref_model, x)
+
+    def _capture_reference(self, ref_model, get_inputs):
         """The reference's forward as a CUDA graph for its timed calls
         (reference_graph), or None where it cannot be captured faithfully:
         it is then timed eagerly under its cover, as the candidate is."""
         if self.device.type != "cuda":
             return None
         t0 = timing.now_ms()
-        graph = self.call(reference_graph.Capture, lambda x: self._no_grad(ref_model, x), pool,
+        sets = [self._timing_set(get_inputs, "graph-%d" % k) for k in range(2)]
+        graph = self.call(reference_graph.Capture, lambda x: self._no_grad(ref_model, x), sets,
                           lambda a, b: self._compare(a, b)["passed"], self.device)
         self._timed("reference_capture", t0)
         if graph.graph is None:
@@ -184,14 +192,12 @@ class TimingRounds(object):
             return None
         return graph
 
-    def _uncovered_call(self, ref_model, pool, k, uncovered, may_check, j):
-        """One candidate call without the launch cover, on its own perturbed
-        input (so an output cached from the covered call cannot answer it),
-        recorded for timing.hidden_by_cover and spot-checked like the
-        others. Returns the number of spot checks made (0 or 1)."""
-        d = self.rng.uniform(-1e-3, 1e-3)
-        self.ask({"op": "prep", "pool": k, "scale": d, "shift": self.rng.randrange(1, 9)}, HARNESS)
-        reply = self.ask({"op": "time", "cover": False})
+    def _uncovered_call(self, ref_model, get_inputs, uncovered, may_check, j):
+        """One candidate call without the launch cover, on fresh inputs of
+        its own, recorded for timing.hidden_by_cover and spot-checked like
+        the others. Returns the number of spot checks made (0 or 1)."""
+        y = self._timing_set(get_inputs, "uncovered-%d" % j)
+        reply = self.ask({"op": "call", "inputs": self.cross(y), "cover": False})
         ms, host = judging.number(reply.get("ms")), judging.number(reply.get("host_ms"))
         if ms is None or host is None:
             raise judging.ClientFailed(CANDIDATE, message="candidate's process sent no time for a timed call")
@@ -199,66 +205,80 @@ class TimingRounds(object):
         uncovered[1].append(host)
         if not may_check or self.rng.random() >= _SPOT_CHECK_SHARE:
             return 0
-        ref_in = inputs.perturbed_shifted(pool[k], d, 1)
-        ref_out = self.call(self.forward, ref_model, ref_in)
-        self._spot_check(j, k, ref_out, ref_in)
+        ref_out = self.call(self.forward, ref_model, y)
+        self._spot_check(j, reply, ref_out, y)
         return 1
 
-    def ask_timed(self, cmd):
-        """ask(), plus the milliseconds from sending the command to reading
-        the reply by this process's clock (the party announcements to kboxd
-        happen outside that window)."""
-        self.pipe.enter(CANDIDATE)
-        t0 = timing.now_ms()
-        self.send(cmd)
-        reply = self.receive()
-        return reply, timing.now_ms() - t0
-
-    def _calibrate(self, clock, pool_size):
-        """Rounds shaped like the timed ones (this process's GPU work, the
-        candidate process's prep, a timed call under its cover) with empty
-        calls on both sides: what the outside clock adds to a timed call,
-        GPU context switches between the two processes included. Only
-        harness code runs in them. More are made during the timed rounds
+    def _calibrate(self, clock, get_inputs, ref_model=None, graph=None):
+        """Rounds shaped like the timed ones with an empty call on the
+        candidate's side: what the outside clock adds to a timed call. Each
+        draws and sends a fresh input set as a timed round does and, when
+        the rounds time the reference and its call is short enough for the
+        difference to matter (_CALIBRATE_WITH_REFERENCE_MS), times the
+        reference on it too: the GPU context switches between the two
+        processes, and the caches a round's work here leaves behind for the
+        candidate's process, are in the figure. Only harness and reference
+        code runs in them. More are made during the timed rounds
         (_empty_round), so a host that gets busier meanwhile (other jobs'
         compiles on a loaded machine) is not read as time hidden from the
         candidate's clock."""
         t0 = timing.now_ms()
-        overhead = [self._empty_round(clock, k % pool_size) for k in range(_OVERHEAD_CALLS)]
+        self._calibration = (get_inputs, None)
+        if ref_model is not None:
+            x = self._timing_set(get_inputs, "calibration")
+            ms = self.call(clock.time, self._reference_call(ref_model, graph, x)[1]).ms
+            if ms <= _CALIBRATE_WITH_REFERENCE_MS:
+                self._calibration = (get_inputs, (ref_model, graph))
+        overhead = [self._empty_round(clock) for _ in range(_OVERHEAD_CALLS)]
         self._summed("timing_calibrate", t0)
         return overhead
 
-    def _empty_round(self, clock, k):
-        """The outside clock's milliseconds for one round with empty calls."""
-        clock.time(lambda: None)
-        self.ask({"op": "prep", "pool": k, "scale": 0.0, "shift": 1}, HARNESS)
-        return self.ask_timed({"op": "time", "empty": True})[1]
+    def _empty_round(self, clock):
+        """The outside clock's milliseconds for one round with an empty
+        call on the candidate's side (_calibrate)."""
+        get_inputs, reference = self._calibration
+        x = self._timing_set(get_inputs, "calibration-%d" % self._timing_sets)
+        where = self.cross(x)
+        if reference is not None:
+            self.call(clock.time, self._reference_call(reference[0], reference[1], x)[1])
+        else:
+            clock.time(lambda: None)
+        return self.ask_timed({"op": "call", "inputs": where, "empty": True})[1]
 
     @staticmethod
     def _no_grad(model, x):
         with torch.no_grad():
             return model(*x)
 
-    def _spot_check(self, j, k, ref_out, ref_in):
-        """Compares timed call j's output (on pool set k) with the reference's."""
+    def _spot_check(self, j, reply, ref_out, ref_in):
+        """Compares timed call j's output with the reference's."""
         t0 = timing.now_ms()
         try:
-            self._compare_timed_output(j, k, ref_out, ref_in)
+            self._compare_timed_output(j, reply, ref_out, ref_in)
         finally:
             self._summed("timing_spot_checks", t0)
 
-    def _compare_timed_output(self, j, k, ref_out, ref_in):
-        out_file = self.new_file("timed")
-        reply = self.ask({"op": "save", "out": out_file, "inputs": False}, HARNESS)
-        data, broken = self._candidate_output(reply, out_file, ref_in, ref_out, with_inputs=False)
+    def _compare_timed_output(self, j, reply, ref_out, ref_in):
+        data, broken = self._candidate_output(reply, ref_in, ref_out, with_inputs=False)
         if broken is not None:
             self.findings.add("run.timed-output-mismatch", "timed call %d: %s" % (j + 1, broken))
             return
-        result = self._compare(ref_out, data["out"], self._tolerance(ref_out, ("pool", k)))
+        result = self._compare(ref_out, data["out"], self._tolerance(ref_out, ("timing", j)))
         if not result["passed"]:
             self.findings.add("run.timed-output-mismatch",
                               "timed call %d returned a wrong output (max abs diff %s): the timed calls "
                               "did not all do the work" % (j + 1, judging.fmt(result["max_abs_diff"])))
+
+    def ask_timed(self, cmd, idle_check=False):
+        """ask(), plus the milliseconds from sending the command to reading
+        the reply by this process's clock (the party announcements to kboxd,
+        the thaw before and the freeze after happen outside that window)."""
+        self.pipe.enter(CANDIDATE)
+        self._thaw()
+        t0 = timing.now_ms()
+        self.send(cmd)
+        reply = self.receive(idle_check=idle_check)
+        return reply, self.replied_at - t0
 
     def _physical_floor(self, cand_ms):
         if self.device.type != "cuda" or self.ref_sample is None:

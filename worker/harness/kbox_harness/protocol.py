@@ -96,10 +96,46 @@ class StageSpec(object):
         self.hand_over_turn = bool(d.get("hand_over_turn", False))
         self.reference_cache_max_relative_ci = _float(d.get("reference_cache_max_relative_ci")) or \
             DEFAULT_CACHE_MAX_RELATIVE_CI
+        boundary = d.get("candidate_boundary")
+        self.candidate_boundary = CandidateBoundary(boundary) if isinstance(boundary, dict) else None
 
     @property
     def is_gpu(self):
         return self.backend != "BACKEND_CPU"
+
+
+def _fd(value):
+    """A descriptor number from the spec; -1 when absent (proto3 writes no 0s,
+    and 0 is never one of these: stdin is /dev/null)."""
+    n = _int(value)
+    return n if n > 0 else -1
+
+
+class CandidateCgroup(object):
+    """kbox.v1.CandidateCgroup: the candidate's cgroup as inherited descriptors."""
+
+    def __init__(self, d):
+        self.version = _int(d.get("version"))
+        fds = d.get("procs_fds") or []
+        self.procs_fds = [_fd(f) for f in fds if _fd(f) >= 0] if isinstance(fds, list) else []
+        self.freeze_fd = _fd(d.get("freeze_fd"))
+        self.state_fd = _fd(d.get("state_fd"))
+        self.cpu_fd = _fd(d.get("cpu_fd"))
+        self.threads_fd = _fd(d.get("threads_fd"))
+
+
+class CandidateBoundary(object):
+    """kbox.v1.CandidateBoundary (docs/judge-boundary.md)."""
+
+    def __init__(self, d):
+        self.uid = _int(d.get("uid"))
+        self.gid = _int(d.get("gid"))
+        self.own_pid_namespace = bool(d.get("own_pid_namespace", False))
+        env = d.get("env") or []
+        self.env = [str(kv) for kv in env] if isinstance(env, list) else []
+        self.cwd = str(d.get("cwd") or "")
+        cgroup = d.get("cgroup")
+        self.cgroup = CandidateCgroup(cgroup) if isinstance(cgroup, dict) else None
 
 
 def read_spec(path):

@@ -20,8 +20,8 @@ import tempfile
 
 import torch
 
-from . import (candidate_worker, channel, compare, dynamic_checks, errors, exchange, fingerprint,
-               inputs, modules, sanitize, strict_filter, timing)
+from . import (boundary, candidate_worker, channel, compare, crossing, dynamic_checks, errors,
+               exchange, fingerprint, inputs, modules, native_check, sanitize, strict_filter, timing)
 from . import candidate_import, judge_cached_timing, judge_timing, judging
 from .protocol import CANDIDATE, HARNESS, REFERENCE
 
@@ -74,20 +74,26 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         self.rng = random.SystemRandom()
         self.child = None
         self.seed = 0
-        self.exchange_dir = None
-        self.files = 0
         self.arena = None  # the candidate's outputs (exchange.Arena), or None: files
         self.in_arena = None  # inputs for the candidate's process, likewise
-        self.outputs_via = {"arena_outputs": 0, "file_outputs": 0}  # the report's counts
+        self.outputs_via = {"arena_outputs": 0, "memfd_outputs": 0}  # the report's counts
         self.ref_sample = None  # (inputs, reference output) of trial 0, for the floor
         self.tolerances = {}  # atol per input set (_tolerance)
-        self._pool = None  # the timing rounds' input sets (judge_timing._timing_pool)
+        self._timing_sets = 0  # timing input sets drawn (judge_timing._timing_set)
+        # The empty rounds' (get_inputs, (reference model, graph) or None): judge_timing._calibrate.
+        self._calibration = None
+        self.cgroup = None  # boundary.CandidateCgroup: the candidate's, frozen while the judge works.
+        self.replied_at = 0.0  # receive(): when the last reply was read (timing.now_ms)
+        self.in_flight = False  # a command sent whose reply is not read yet
         self.turn_fd = None  # The device turn's FIFO (_await_turn), when prepared ahead.
         self.notes_fd = None  # This judge's notes to kboxd (_note), with the turn's FIFO.
 
     # -- running client code ------------------------------------------------
     def call(self, fn, *args):
-        """Runs reference code; any exception becomes judging.ClientFailed(REFERENCE)."""
+        """Runs reference code; any exception becomes judging.ClientFailed(REFERENCE).
+        The candidate's process is frozen first: nothing of it runs beside
+        the reference (its draws, its calls, its timing)."""
+        self._freeze()
         self.pipe.enter(REFERENCE)
         try:
             return fn(*args)
@@ -99,21 +105,31 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
     def ask(self, cmd, party=CANDIDATE):
         """Sends one command to the candidate's process and returns its reply.
         While it works, kboxd is told whose code runs (`party`), so a timeout
-        or a crash there is blamed correctly."""
+        or a crash there is blamed correctly. Only the set-up before the
+        candidate's import is HARNESS: from the import on, the process is
+        the candidate's, and whatever ends it (a finalizer, a thread, a
+        signal handler it left) is its doing, whichever command was
+        running."""
         self.send(cmd, party)
         return self.receive(party)
 
     def send(self, cmd, party=CANDIDATE):
         self.pipe.enter(party)
+        self._thaw()
+        self.in_flight = True
         try:
             self.child.send(cmd)
         except OSError:
             self._child_gone(party)
 
-    def receive(self, party=CANDIDATE):
+    def receive(self, party=CANDIDATE, idle_check=False):
+        """The reply to the command sent. self.replied_at: this process's
+        clock when the reply was read. idle_check: then watch the process for
+        work left running (_idle_check)."""
         self.pipe.enter(party)
         try:
             reply = self.child.receive()
+            self.in_flight = False
         except channel.ChannelClosed:
             self._child_gone(party)
         except channel.ProtocolError as e:
@@ -121,6 +137,9 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
             if party == CANDIDATE:
                 raise judging.ClientFailed(CANDIDATE, message="candidate broke the harness protocol: %s" % e)
             raise judging.HarnessFailed("candidate process: %s" % e)
+        self.replied_at = timing.now_ms()
+        if idle_check:
+            self._idle_check()
         self.pipe.enter(HARNESS)
         self._take_findings(reply.get("findings"))
         if "error" in reply:
@@ -135,14 +154,64 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
             raise judging.HarnessFailed("candidate process: %s" % reply["harness_error"])
         return reply
 
+    def _thaw(self):
+        if self.cgroup is not None:
+            self.cgroup.thaw()
+
+    def _freeze(self):
+        """Stops the candidate's process, its threads too, before the judge
+        runs the reference or reads and compares an output: nothing of it
+        runs beside them. It stays frozen until the next command (send). One
+        that cannot be frozen is the candidate's doing."""
+        if self.cgroup is None or self.cgroup.frozen or self.in_flight:
+            # In flight: the judge overlaps work with a command (its set-up
+            # beside the candidate's, before any candidate code loads).
+            return
+        try:
+            self.cgroup.freeze()
+        except boundary.BoundaryError as e:
+            self.pipe.enter(HARNESS)
+            self.findings.add("run.background-work", errors.one_line(str(e)))
+            raise judging.ClientFailed(CANDIDATE, message=errors.one_line(
+                "%s (its threads resisted the judge's freezer)" % e))
+
+    def _idle_check(self):
+        """The candidate's process has answered and has nothing to do until
+        the next command: after a short settle (threads finishing, OpenMP
+        workers going to sleep), any CPU it still uses is work outside the
+        call, running beside what the judge does next (the reference's
+        timing) or finishing the call's work after its clock stopped
+        (run.background-work). Its OS threads are counted too: native ones
+        (at::launch's pool, std::thread, OpenMP) are invisible to Python."""
+        if self.cgroup is None:
+            return
+        t0 = timing.now_ms()
+        try:
+            _sleep(_IDLE_SETTLE_S)
+            c0, w0 = self.cgroup.cpu_ns(), timing.now_ms()
+            if c0 is None:
+                return
+            _sleep(_IDLE_WINDOW_S)
+            c1, w1 = self.cgroup.cpu_ns(), timing.now_ms()
+            threads = self.cgroup.threads()
+        finally:
+            self._summed("idle_checks", t0)
+        busy = (c1 - c0) / 1e6 / max(w1 - w0, 1e-3)
+        if busy > _IDLE_BUSY_CORES:
+            self.findings.add("run.background-work", (
+                "after its call returned, the candidate's process kept %.1f cores busy for %.0f ms "
+                "(%s threads) while it had nothing to do: work outside the timed call"
+                % (busy, w1 - w0, threads)))
+
     def _child_gone(self, party):
         self.pipe.enter(HARNESS)
         how = self.child.exit_status()
         self._take_findings(None)
         if party == CANDIDATE and how == "signal SIGSYS":
             raise judging.ClientFailed(CANDIDATE, violation=True, message=(
-                "candidate tried to create a process or run a program, which the sandbox forbids "
-                "once candidate code runs (killed by the strict seccomp filter)"))
+                "candidate tried to create a process, run a program, or change its limits or "
+                "identity, which the sandbox forbids once candidate code runs (killed by the "
+                "strict seccomp filter)"))
         if party == CANDIDATE:
             # Candidate code cannot send SIGKILL (strict_filter.install_no_sigkill):
             # the job's cgroup (out of memory) or something outside the job did.
@@ -230,51 +299,26 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         finally:
             self._summed("draws", t0)
 
-    def new_file(self, tag):
-        self.files += 1
-        return os.path.join(self.exchange_dir, "%s-%d.kbt" % (tag, self.files))
+    def cross(self, x):
+        """Sends x to the candidate's process (crossing.py): the field that
+        names it in the next command."""
+        where = self.child.crossing.send(x)
+        return where
 
-    def write(self, obj, tag):
-        path = self.new_file(tag)
-        exchange.save(path, obj)
-        return path
-
-    def inputs_for_candidate(self, x, tag):
-        """Where the candidate's process finds x, as a command's fields:
-        {"inputs_arena": n} (the input arena, until the next call) or
-        {"inputs": path} (a file; release_inputs removes it)."""
-        if self.in_arena is not None:
-            n = exchange.save_to_arena(self.in_arena, x)
-            if n is not None:
-                return {"inputs_arena": n}
-        return {"inputs": self.write(x, tag)}
-
-    @staticmethod
-    def release_inputs(where):
-        if "inputs" in where:
-            _remove(where["inputs"])
-
-    def read_candidate(self, path, reply):
-        """The candidate's output, from the arena where its reply says it
-        wrote it there, else from the file at path; None when it cannot be
-        read (what the candidate's process wrote is untrusted: a hostile
-        output is a failed trial, never an error of kbox)."""
+    def read_output(self, saved):
+        """The candidate's output a save reply names, copied here; None when
+        it cannot be read (what the candidate's process wrote is untrusted: a
+        hostile output is a failed trial, never an error of kbox)."""
+        where = saved.get("output")
+        self._freeze()
         try:
-            if "arena_bytes" in reply:
-                if self.arena is None:
-                    return None
-                self.outputs_via["arena_outputs"] += 1
-                return exchange.load_from_arena(self.arena, reply["arena_bytes"], device=self.device,
-                                                max_bytes=_MAX_EXCHANGE_BYTES)
-            self.outputs_via["file_outputs"] += 1
-            return exchange.load(path, device=self.device, max_bytes=_MAX_EXCHANGE_BYTES)
-        except (exchange.FormatError, OSError):
+            data = self.child.crossing.receive(where, device=self.device, max_bytes=_MAX_EXCHANGE_BYTES,
+                                               wait=False)
+        except crossing.CrossingError:
             return None
-        finally:
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+        kind = next(iter(where)) if isinstance(where, dict) and where else ""
+        self.outputs_via["arena_outputs" if kind == "arena" else "memfd_outputs"] += 1
+        return data
 
     # -- the stage ----------------------------------------------------------
     def run(self):
@@ -282,7 +326,13 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         t0 = timing.now_ms()
         self.arena = _arena(self.spec.exchange_arena_bytes, "kbox-exchange-outputs")
         self.in_arena = _arena(self.spec.exchange_arena_bytes, "kbox-exchange-inputs") if self.arena else None
-        self.child = candidate_worker.CandidateProcess(self.pipe.fd, self.arena, self.in_arena)
+        spec_boundary = self.spec.candidate_boundary
+        self.child = candidate_worker.CandidateProcess(self.pipe.fd, self.arena, self.in_arena,
+                                                       spec_boundary, _cgroup_fds(spec_boundary))
+        # The judge's own side of the boundary (docs/judge-boundary.md):
+        # CAP_KILL alone from here, before anything of the job is read.
+        boundary.settle_judge(spec_boundary)
+        self.cgroup = boundary.candidate_cgroup(spec_boundary)
         self._timed("fork_candidate", t0)
         try:
             # Opened after the fork: the candidate's process never holds
@@ -297,11 +347,6 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
             # up (_run): asking for it initialises CUDA here, which would
             # otherwise delay that process's own initialisation by as long.
             self.report["fingerprint"] = fingerprint.software()
-            # In the job's home: the job's scratch tmpfs (4 GiB by default)
-            # has more room than the sandbox's private /tmp.
-            self.exchange_dir = tempfile.mkdtemp(prefix="kbox-exchange-",
-                                                 dir=os.environ.get("HOME") or None)
-            os.chmod(self.exchange_dir, 0o700)
             self._run()
         except judging.ClientFailed as f:
             self.pipe.enter(HARNESS)
@@ -325,6 +370,7 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
             # teardown would slow the judge's own clean-up down.
             given_back = self._give_back_for_hand_over()
             t0 = timing.now_ms()
+            self._thaw()  # a frozen v1 task takes SIGKILL only once thawed
             self.child.stop()
             stop_ms = timing.now_ms() - t0
             # The turn may pass while the killed process's CUDA context is
@@ -338,9 +384,10 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
             if self.notes_fd is not None:
                 os.close(self.notes_fd)
             self.notes_fd = None
+            if self.cgroup is not None:
+                self.phase_ms["freeze"] = self.cgroup.freeze_ms
+                self.cgroup.close()
             self._take_findings(None)
-            if self.exchange_dir:
-                shutil.rmtree(self.exchange_dir, ignore_errors=True)
         if self.trials:
             self.report["trials"] = self.trials
         self.report.update((k, n) for k, n in self.outputs_via.items() if n)
@@ -457,6 +504,17 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         return {"read_roots": sorted(set(job + scratch + installed)),
                 "write_roots": sorted(set(scratch + ["/dev/shm", "/dev/null"]))}
 
+    def _candidate_library_dirs(self):
+        """Where the candidate's process can find libraries the compile stage
+        left: the build directory and the candidate's Triton cache."""
+        dirs = [self.spec.build_dir]
+        boundary_env = self.spec.candidate_boundary.env if self.spec.candidate_boundary else []
+        for kv in boundary_env:
+            name, _, value = kv.partition("=")
+            if name == "TRITON_CACHE_DIR" and value:
+                dirs.append(value)
+        return dirs
+
     def _init_cuda(self):
         """Everything CUDA sets up once (context, its threads, cuBLAS)
         happens here, before the strict filter, under HARNESS."""
@@ -480,6 +538,10 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         t1 = timing.now_ms()
         loaded = self.call(_load_reference, spec.reference_path)
         self._timed("import_reference", t1)
+        t1 = timing.now_ms()
+        for rule, message in native_check.check(self._candidate_library_dirs()):
+            self.findings.add(rule, message)
+        self._timed("native_imports", t1)
         if spec.strict_seccomp_bpf:
             t1 = timing.now_ms()
             strict_filter.install(spec.strict_seccomp_bpf)
@@ -488,6 +550,16 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         self.phase_ms.update(setup.get("phase_ms") or {})
         self._timed("setup", t0)
         return loaded
+
+    def _set_up_again(self, e):
+        """Before the turn another job holds the device (and may have filled
+        its memory): kboxd runs the stage again, holding it."""
+        self._note(b"r")
+        self._await_turn()
+        self.pipe.enter(HARNESS)
+        self.report.update(outcome="HARNESS_FAILED", set_up_again=True, message=errors.one_line(
+            "set-up failed before the device's turn: %s" % errors.exception_line(e)))
+        raise judging.StageEnd()
 
     def _await_turn(self):
         """A stage prepared ahead (docs/run-stages-ahead.md) waits here for
@@ -516,7 +588,7 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         probe before the next job, so the turn waits for the stage's end),
         the strict filter holds (the candidate's process can start no other
         to outlive it), and this judge's own device memory is given back (its
-        timing pool and sample dropped, at most _HAND_OVER_RESERVED_BYTES
+        calibration set and sample dropped, at most _HAND_OVER_RESERVED_BYTES
         left in PyTorch's cache), so the next job cannot run out of memory
         for want of this one's. Its time is phase_ms "hand_over"."""
         if self.notes_fd is None or self.report.get("outcome") not in ("OK", "INCORRECT"):
@@ -525,7 +597,7 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
             return False
         t0 = timing.now_ms()
         self.ref_sample = None
-        self._pool = None
+        self._calibration = None
         try:
             return self.device.type != "cuda" or _device_memory_given_back()
         except Exception:  # noqa: BLE001  (the turn then passes at the stage's end)
@@ -586,15 +658,15 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         else:
             try:
                 Model, get_inputs, get_init_inputs = self._set_up()
+            except judging.ClientFailed as f:
+                if f.party == REFERENCE and not _out_of_memory(f.exc):
+                    # The reference's own failure (it does not import, it
+                    # builds an extension the run stage cannot build): the
+                    # job ahead on the device has nothing to do with it.
+                    raise
+                self._set_up_again(f.exc if f.exc is not None else f)
             except Exception as e:
-                # Before the turn another job holds the device (and may have
-                # filled its memory): kboxd runs the stage again, holding it.
-                self._note(b"r")
-                self._await_turn()
-                self.pipe.enter(HARNESS)
-                self.report.update(outcome="HARNESS_FAILED", set_up_again=True, message=errors.one_line(
-                    "set-up failed before the device's turn: %s" % errors.exception_line(e)))
-                raise judging.StageEnd()
+                self._set_up_again(e)
             self._note(b"r")
             self._await_turn()
 
@@ -619,27 +691,25 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         model_seed = judging.trial_seed(self.seed, "model")
         init = self.call(lambda: (self.seed_all(model_seed), list(get_init_inputs()))[1])
         try:
-            init_file = self.write(init, "init")
+            init_where = self.cross(init)
         except (TypeError, ValueError) as e:
             raise judging.ClientFailed(REFERENCE, exc=ValueError(
                 "get_init_inputs() returned values kbox cannot pass on: %s" % e))
         ref_model = self.call(self.build_model, Model, init, model_seed)
-        self.ask({"op": "build", "init": init_file, "model_seed": model_seed})
+        self.ask({"op": "build", "init": init_where, "model_seed": model_seed})
         self._timed("build_models", t0)
 
         # The device's share of this job's start: its turn (or its stage)
         # until the first trial, the candidate's import and both models' build.
         self._timed("turn_start", t_turn)
         t0 = timing.now_ms()
-        first = None  # (inputs, where the candidate finds them, its output, atol) of trial 0
+        first = None  # (inputs, its output, atol) of trial 0
         try:
             for i in range(spec.correctness_trials):
-                result, cand_out, atol, where = self._trial(i, ref_model, get_inputs)
+                result, cand_out, atol = self._trial(i, ref_model, get_inputs)
                 self.trials.append(result)
                 if i == 0 and result["passed"]:
-                    first = (self.ref_sample[0], where, cand_out, atol)
-                else:
-                    self.release_inputs(where)  # only trial 0's input is used again
+                    first = (self.ref_sample[0], cand_out, atol)
                 del cand_out
         finally:
             self._timed("correctness", t0)
@@ -658,7 +728,6 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         if first is not None:
             t0 = timing.now_ms()
             self._second_looks(*first)
-            self.release_inputs(first[1])
             self._timed("dynamic_checks", t0)
         if spec.measure_performance and spec.performance_trials > 0:
             t0 = timing.now_ms()
@@ -692,16 +761,10 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
 
     def _tolerance(self, ref_out, input_set):
         """The request's atol, tightened when a trivial output would pass,
-        computed once per input set (("trial", i), ("pool", k)): the second
-        look at trial 0 and the spot checks of one timing pool set reuse it.
-
-        A pool set's timed calls see it scaled by 1 + d, |d| <= 1e-3 (only so
-        that no value cache hits), and its tolerance is taken from the first
-        spot-checked call. Whether a trivial output passes is a property of
-        the reference's output on that input set, which the candidate cannot
-        choose or see; a scaling of at most 0.1 % can only flip it where the
-        reference's output sits within about 0.1 % of the threshold, and the
-        tightened atol moves by as much (1 % of the RMS either way)."""
+        computed once per input set (("trial", i), ("timing", j)): the second
+        look at trial 0 reuses its trial's. Whether a trivial output passes
+        is a property of the reference's output on that input set, which the
+        candidate cannot choose or see."""
         if input_set in self.tolerances:
             return self.tolerances[input_set]
         t0 = timing.now_ms()
@@ -718,7 +781,7 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         return atol
 
     def _trial(self, i, ref_model, get_inputs):
-        """(TrialResult, candidate output, atol used, input file) of trial i."""
+        """(TrialResult, candidate output, atol used) of trial i."""
         # Each step's time is summed over the trials into phase_ms
         # (trial_reference, trial_write, trial_candidate, trial_read,
         # trial_compare; the candidate's own split in trial_candidate_*).
@@ -729,24 +792,27 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
             self.ref_sample = (x, ref_out)
         ref_kept = dynamic_checks.same_values(ref_in, x)
         t = self._summed("trial_reference", t)
-        where = self.inputs_for_candidate(x, "trial")
-        out_file = self.new_file("out")
+        where = self.cross(x)
         t = self._summed("trial_write", t)
-        self.send(dict(where, op="forward", out=out_file))
+        # A call like every other of the stage, under the op trace (the
+        # library compute the text did not show: ATen ops dispatched from
+        # Python or from the candidate's C++, on every compared call).
+        self.send({"op": "call", "inputs": where, "observe": True, "check_inputs": True})
+        idle_check = i == 0
         # While the candidate's process works, this trial's tolerance (it
         # depends on the reference's output alone: kbox's own bounded GPU
         # work, no client code). kboxd reads the window as the candidate's,
         # the only client code running then: a flood, a hang or a memory
         # limit hit meanwhile is the candidate's. The next trial's reference
         # is not made here: reference code running beside the candidate's
-        # could not be told from it when a limit stops the stage (an
-        # overlap tried on 2026-11-26 blamed a candidate's output flood on
-        # kbox's harness).
+        # could not be told from it when a limit stops the stage.
         atol = self._tolerance(ref_out, ("trial", i))
-        reply = self.receive()
+        reply = self.receive(idle_check=idle_check)
         t = self._summed("trial_candidate", t)
         self._candidate_steps(reply)
-        cand_out, broken = self._candidate_output(reply, out_file, ref_in, ref_out)
+        self._library_ops(reply)
+        self._output_copies(reply, ref_model, ref_out, i)
+        cand_out, broken = self._candidate_output(reply, ref_in, ref_out)
         t = self._summed("trial_read", t)
         if broken is None and cand_out is not None:
             result = self._compare(ref_out, cand_out["out"], atol)
@@ -759,17 +825,37 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         if broken is not None:
             result = judging.failed(broken)
         result = dict(result, seed=seed, distribution=name)
-        return result, (cand_out or {}).get("out"), atol, where
+        return result, (cand_out or {}).get("out"), atol
 
-    def _candidate_output(self, reply, out_file, ref_in, ref_out, with_inputs=True):
+    def _output_copies(self, reply, ref_model, ref_out, i):
+        """run.output-kept: the candidate's model kept a copy of an output it
+        returned, where the reference's, on this trial, keeps none."""
+        kept = [str(k) for k in reply.get("output_copies") or []]
+        if not kept or self.findings.has("run.output-kept"):
+            return
+        if self.call(dynamic_checks.output_copies, ref_model, ref_out):
+            return
+        self.findings.add("run.output-kept", (
+            "after trial %d the model held a copy of the output it returned (%s): a store of results "
+            "to replay in later calls; the reference's model keeps none" % (i, ", ".join(kept[:4]))))
+
+    def _library_ops(self, reply):
+        library = [str(op) for op in reply.get("ops") or []]
+        if library:
+            self.findings.add("run.library-compute",
+                              "forward dispatched library compute: " + ", ".join(library[:8]))
+
+    def _candidate_output(self, reply, ref_in, ref_out, with_inputs=True):
         """({"out", "inputs"} read back ({"out"} without with_inputs), why the
-        output breaks the contract or None)."""
+        output breaks the contract or None), of the call `reply` answers."""
         if reply.get("contract"):
             broken = errors.one_line(str(reply["contract"]))
             self.findings.add("run.output-contract", broken)
             return None, broken
-        data = self.read_candidate(out_file, reply)
-        unreadable = None, "the candidate's output could not be read (arena or file)"
+        saved = self.ask({"op": "save", "inputs": with_inputs})
+        self._candidate_steps(saved)
+        data = self.read_output(saved)
+        unreadable = None, "the candidate's output could not be read"
         if not isinstance(data, dict) or "out" not in data:
             return unreadable
         # Inputs the candidate's process found unchanged (inputs_kept) do not
@@ -788,18 +874,24 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
                 return None, broken
         return data, None
 
-    def _second_looks(self, x, where, first_out, atol):
+    def _second_looks(self, x, first_out, atol):
         """Trial 0's input again: the same answer (determinism), and the ATen
         ops and kernels forward dispatches (library compute the text did not
         show, a decoy kernel that never launches)."""
         t0 = timing.now_ms()
-        if "inputs" not in where:
-            # The input arena holds the last trial's: trial 0's go in again
-            # (the judge's own copy, as the candidate's process first had it).
-            where = self.inputs_for_candidate(x, "trial")
-        out_file = self.new_file("again")
-        reply = self.ask(dict(where, op="forward", out=out_file))
-        data = None if reply.get("contract") else self.read_candidate(out_file, reply)
+        kernels = list(self.spec.candidate_kernels)
+        reply = self.ask({"op": "call", "inputs": self.cross(x), "observe": True, "kernels": bool(kernels),
+                          "launch_probe": bool(self.spec.launch_probe_library)})
+        # On a GPU the probe starts here, once per job; torch.profiler's
+        # start is ~6 s on the H100, CUPTI's callback API's is what
+        # launch_probe_bench measures (docs/benchmarks.md).
+        self._timed("dynamic_probe", t0)
+        probe = reply
+        self._library_ops(reply)
+        data = None
+        if not reply.get("contract"):
+            saved = self.ask({"op": "save", "inputs": False})
+            data = self.read_output(saved)
         if isinstance(data, dict) and "out" in data:
             same = self._compare(first_out, data["out"], atol)
             if not same["passed"]:
@@ -807,20 +899,8 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
                                   "trial 0's input gave different outputs on a second call (max abs diff %s)"
                                   % judging.fmt(same["max_abs_diff"]))
         self._timed("dynamic_second_call", t0)
-        kernels = list(self.spec.candidate_kernels)
-        t0 = timing.now_ms()
-        probe = self.ask(dict(where, op="probe", kernels=bool(kernels),
-                              launch_probe=bool(self.spec.launch_probe_library)))
-        # Apart from the second call: on a GPU the probe starts here, once
-        # per job; torch.profiler's start is ~6 s on the H100, CUPTI's
-        # callback API's is what launch_probe_bench measures (docs/benchmarks.md).
-        self._timed("dynamic_probe", t0)
         if probe.get("cupti_error"):
             sys.stderr.write("kbox: CUPTI launch probe not used: %s\n" % errors.one_line(str(probe["cupti_error"])))
-        library = [str(op) for op in probe.get("ops") or []]
-        if library:
-            self.findings.add("run.library-compute",
-                              "forward dispatched library compute: " + ", ".join(library[:8]))
         launched = [str(k) for k in probe.get("kernels") or []]
         missed = probe.get("profiled") and kernels and \
             not any(_names_kernel(k, name) for k in launched for name in kernels)
@@ -830,7 +910,8 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
             # counts only when the profiler (the activity record of every
             # kernel that ran) sees it too.
             t0 = timing.now_ms()
-            again = self.ask(dict(where, op="probe", kernels=True, launch_probe=False))
+            again = self.ask({"op": "call", "inputs": self.cross(x), "observe": True, "kernels": True,
+                              "launch_probe": False})
             self._timed("dynamic_probe_confirm", t0)
             if again.get("profiled"):
                 probe, launched = again, [str(k) for k in again.get("kernels") or []]
@@ -848,6 +929,7 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
                              % errors.one_line(str(probe["profiler_error"])))
 
     def _compare(self, ref_out, cand_out, atol=None):
+        self._freeze()
         try:
             return compare.compare_outputs(ref_out, cand_out, self.spec.atol if atol is None else atol,
                                            self.spec.rtol)
@@ -855,6 +937,20 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
             # Odd outputs the comparison cannot handle count as a difference,
             # not as a crash of the harness.
             return judging.failed("outputs could not be compared: " + errors.exception_line(e))
+
+def _out_of_memory(exc):
+    return exc is not None and "out of memory" in ("%s: %s" % (type(exc).__name__, exc)).lower()
+
+
+def _cgroup_fds(spec_boundary):
+    """The candidate cgroup's descriptors kboxd gave the judge (the child
+    keeps only the ones it joins through, until it has)."""
+    cgroup = spec_boundary.cgroup if spec_boundary is not None else None
+    if cgroup is None:
+        return ()
+    return tuple(fd for fd in (cgroup.freeze_fd, cgroup.state_fd, cgroup.cpu_fd, cgroup.threads_fd)
+                 if fd >= 0)
+
 
 def _candidate_holds_device_memory(exc):
     """When the judge (the reference or kbox's own code) ran out of GPU memory
@@ -881,6 +977,15 @@ def _candidate_holds_device_memory(exc):
 # torch >= 2.0: a torch.device is a context manager under which tensor
 # factories without a device argument make their tensors on it.
 _FACTORIES_FOLLOW_DEVICE = hasattr(torch.device("cpu"), "__enter__")
+
+# The idle check (RunStage._idle_check): a settle, then a window in which the
+# candidate's process may use at most this share of a core. OpenMP workers
+# sleep at once (OMP_WAIT_POLICY=PASSIVE in every run stage), so what is
+# left after the settle is the candidate's own.
+_IDLE_SETTLE_S = 0.002
+_IDLE_WINDOW_S = 0.003
+_IDLE_BUSY_CORES = 0.5
+_sleep = __import__("time").sleep
 
 # How long a stage waits for the device to itself before timing: the set-up
 # of a stage prepared ahead (its CUDA start) takes seconds at most.
