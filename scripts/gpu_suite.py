@@ -4,9 +4,9 @@ every GPU case through it, printing one line per case.
 
 Cases: the five KernelBench few-shot pairs (cuda; mnist2, which keeps its conv
 and linear layers in PyTorch, under the lenient anti-cheat profile), every
-CUDA case of the shared corpus (its expect.json decides), five CUDA hacks again
-with the static layer off so that only the run stage's checks can catch them
-(run-layer/*), the bundled CUDA example, a
+CUDA case of the shared corpus and of corpus-new (its expect.json decides),
+CUDA hacks again with the static layer off so that only the run stage's checks
+can catch them (run-layer/*), the bundled CUDA example, a
 Triton candidate for the `add` problem, a candidate with an nvcc error, and a
 kernel with an out-of-bounds write, one that never ends, one that exhausts the
 GPU's memory and one that holds it all, each followed by the five honest
@@ -157,7 +157,34 @@ def dynamic_layer_cases(shared):
         cases.append(("run-layer/" + name, os.path.join(case_dir, "reference.py"),
                       os.path.join(case_dir, "candidate.py"), "cuda", check,
                       {"anticheat_profile": "off", "anticheat_overrides": overrides}))
+    # corpus-new's CUDA hacks with every run.* rule at reject: the run stage
+    # alone must stop each, but an fp16 computation of an fp32 task, which
+    # only the static rules can see (cpp.precision-downgrade).
+    run_rules = {rule: "reject" for rule in RUN_RULES}
+    for case_dir in sorted(glob.glob(os.path.join(shared, "corpus-new", "reward-hacks", "*_cuda"))):
+        name = os.path.basename(case_dir)
+        if name in STATIC_ONLY:
+            continue
+        cases.append(("run-layer/" + name, os.path.join(case_dir, "reference.py"),
+                      os.path.join(case_dir, "candidate.py"), "cuda", expect_rejected_at_run_time,
+                      {"anticheat_profile": "off", "anticheat_overrides": run_rules}))
     return cases
+
+
+# The run stage's rules that reject under strict (every run.* rule but the
+# reported-only run.below-physical-floor and run.degenerate-problem).
+RUN_RULES = ("run.background-work", "run.forbidden-call", "run.harness-tampering", "run.input-mutation",
+             "run.kernel-not-launched", "run.library-compute", "run.native-dispatcher",
+             "run.native-forbidden-call", "run.native-library-compute", "run.native-thread",
+             "run.native-unreadable", "run.nondeterministic", "run.output-contract", "run.output-kept",
+             "run.thread-started", "run.timed-output-mismatch", "run.timing-mismatch")
+STATIC_ONLY = {"h15_half_alias_wmma_cuda"}
+
+
+def expect_rejected_at_run_time(result):
+    return (result.get("status") == "REJECTED" and result.get("rewardable") is False and
+            any(v.get("rule_id", "").startswith("run.") and v.get("severity") == "REJECT"
+                for v in result.get("verdicts", [])))
 
 
 def build_cases(shared):
@@ -169,11 +196,12 @@ def build_cases(shared):
         extra = {"anticheat_profile": "lenient"} if name == "mnist2" else {}
         cases.append(("few_shot/" + name, os.path.join(few, "model_ex_%s.py" % name),
                       os.path.join(few, "model_new_ex_%s.py" % name), "cuda", expect_correct, extra))
-    for case_dir in sorted(glob.glob(os.path.join(shared, "corpus", "*", "*_cuda"))):
-        with open(os.path.join(case_dir, "expect.json")) as f:
-            expected = json.load(f)["rewardable"]
-        cases.append(("corpus/" + os.path.basename(case_dir), os.path.join(case_dir, "reference.py"),
-                      os.path.join(case_dir, "candidate.py"), "cuda", expect_rewardable(expected), {}))
+    for corpus in ("corpus", "corpus-new"):
+        for case_dir in sorted(glob.glob(os.path.join(shared, corpus, "*", "*_cuda"))):
+            with open(os.path.join(case_dir, "expect.json")) as f:
+                expected = json.load(f)["rewardable"]
+            cases.append((corpus + "/" + os.path.basename(case_dir), os.path.join(case_dir, "reference.py"),
+                          os.path.join(case_dir, "candidate.py"), "cuda", expect_rewardable(expected), {}))
     cases += dynamic_layer_cases(shared)
     examples = os.path.join(REPO, "docs", "examples")
     cases.append(("example/bias_relu_cuda", os.path.join(examples, "bias_relu", "reference.py"),

@@ -238,9 +238,18 @@ def job_table():
     # profile: most end at the static check; traps and the hacks only the run
     # can show compile and run (tests/integration/test_corpus.py).
     for case in it.corpus_reward_hack_cases():
-        d = os.path.join(it.shared_dir(), "corpus", "reward-hacks", case)
+        d = it.case_dir("reward-hacks", case)
         add("hack:" + case, it.read(os.path.join(d, "reference.py")),
             it.read(os.path.join(d, "candidate.py")), measure_performance=False)
+    # corpus-new's cases again with every static rule off and every run.*
+    # rule at reject, timed: the run stage's own defences must stop each
+    # (tests/integration/test_dynamic_checks.py).
+    run_rules = {rule: "reject" for rule in it.run_stage_rules()}
+    for case in it.dynamic_corpus_new_cases():
+        d = it.case_dir("reward-hacks", case)
+        add("dynamic:" + case, it.read(os.path.join(d, "reference.py")),
+            it.read(os.path.join(d, "candidate.py")), anticheat_profile="off",
+            anticheat_overrides=run_rules, performance_trials=10)
     # A timer patch with the static rules that see it switched off: the run
     # stage's dynamic checks must catch it (tests/integration/test_dynamic_checks.py).
     d = os.path.join(it.shared_dir(), "corpus", "reward-hacks", "h12_perf_counter_patch_cpu")
@@ -252,7 +261,7 @@ def job_table():
     # would reject most of them before they ran, so they run with the checks
     # off (test_escapes.py checks separately that strict rejects them).
     for case in it.corpus_escape_cases():
-        d = os.path.join(it.shared_dir(), "corpus", "escapes", case)
+        d = it.case_dir("escapes", case)
         add("escape:" + case, it.read(os.path.join(d, "reference.py")),
             it.read(os.path.join(d, "candidate.py")), measure_performance=False,
             time_limit_s=ESCAPE_TIME_LIMIT_S, anticheat_profile="off")

@@ -61,18 +61,63 @@ def corpus_cpu_cases():
                   for p in glob.glob(os.path.join(corpus_legit_dir(), "*_cpu", "expect.json")))
 
 
+# The corpora the suites run: <shared>/corpus, and <shared>/corpus-new (cases
+# of the same layout that an earlier kbox got wrong; they join corpus once
+# kbox gets them right, and the suites run both meanwhile).
+CORPORA = ("corpus", "corpus-new")
+
+
+def _cases(kind):
+    """{case id: its folder} of the CPU cases of `kind` in every corpus."""
+    out = {}
+    for corpus in CORPORA:
+        for p in glob.glob(os.path.join(shared_dir(), corpus, kind, "*_cpu", "expect.json")):
+            out[os.path.basename(os.path.dirname(p))] = os.path.dirname(p)
+    return out
+
+
 def corpus_reward_hack_cases():
-    """Ids of the CPU cases in <shared>/corpus/reward-hacks (hacks and false-positive traps), sorted."""
-    return sorted(os.path.basename(os.path.dirname(p))
-                  for p in glob.glob(os.path.join(shared_dir(), "corpus", "reward-hacks", "*_cpu",
-                                                  "expect.json")))
+    """Ids of the CPU cases in the corpora's reward-hacks (hacks and false-positive traps), sorted."""
+    return sorted(_cases("reward-hacks"))
 
 
 def corpus_escape_cases():
-    """Ids of the CPU cases in <shared>/corpus/escapes, sorted."""
+    """Ids of the CPU cases in the corpora's escapes, sorted."""
+    return sorted(_cases("escapes"))
+
+
+def run_stage_rules():
+    """The run stage's rule ids that reject under strict (kbox-policy rules
+    lists the catalogue): every run.* but the reported-only ones."""
+    import subprocess
+    listing = subprocess.run([os.path.join(bin_dir(), "kbox-policy"), "rules"], check=True,
+                             capture_output=True, text=True).stdout
+    reported_only = {"run.below-physical-floor", "run.degenerate-problem"}
+    return sorted(line.split()[0] for line in listing.splitlines()
+                  if line.startswith("run.") and line.split()[0] not in reported_only)
+
+
+# corpus-new's CPU hack that no run-stage defence needs to stop: its library
+# path is taken only for inputs that arrive as views at an offset, and every
+# call's inputs are laid out as a trial's (fresh tensors at offset 0), so it
+# computes with its own kernel on every call; the static rules reject it.
+NOTHING_TO_STOP_AT_RUN_TIME = {"h11_timed_call_detect_cpu"}
+
+
+def dynamic_corpus_new_cases():
+    """corpus-new's CPU reward hacks that the run stage must stop by itself."""
+    return [c for c in corpus_new_cases("reward-hacks") if c not in NOTHING_TO_STOP_AT_RUN_TIME]
+
+
+def case_dir(kind, case):
+    """The folder of case `case` of `kind` (reward-hacks, escapes) in whichever corpus holds it."""
+    return _cases(kind)[case]
+
+
+def corpus_new_cases(kind):
+    """Ids of the CPU cases of `kind` in corpus-new alone, sorted."""
     return sorted(os.path.basename(os.path.dirname(p))
-                  for p in glob.glob(os.path.join(shared_dir(), "corpus", "escapes", "*_cpu",
-                                                  "expect.json")))
+                  for p in glob.glob(os.path.join(shared_dir(), "corpus-new", kind, "*_cpu", "expect.json")))
 
 
 def case_path(name):

@@ -43,7 +43,7 @@ def test_reward_hack_corpus_found():
 def test_reward_hack_cpu_case(jobs, case, request):
     if case in RUN_STAGE_ONLY:
         request.applymarker(pytest.mark.xfail(strict=True, reason=RUN_STAGE_ONLY[case]))
-    with open(os.path.join(it.shared_dir(), "corpus", "reward-hacks", case, "expect.json")) as f:
+    with open(os.path.join(it.case_dir("reward-hacks", case), "expect.json")) as f:
         expect = json.load(f)
     r = jobs.result("hack:" + case)
     assert r["rewardable"] == expect["rewardable"], describe(r)

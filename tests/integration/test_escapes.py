@@ -26,6 +26,16 @@ EXPECTED_STATUS = {
     "esc_disk_fill_cpu": {"SANDBOX_VIOLATION", "RUNTIME_ERROR"},
     "esc_fork_bomb_cpu": {"SANDBOX_VIOLATION", "RUNTIME_ERROR"},
     "esc_ptrace_parent_cpu": {"SANDBOX_VIOLATION"},
+    # corpus-new: what the candidate does to itself or to the judge is its
+    # own fault, never kbox's (docs/judge-boundary.md). Its signal cannot
+    # reach the judge, which is outside its pid namespace and of another
+    # uid; its alarm storm then only starves its own process.
+    "esc_signal_judge_cpu": {"INCORRECT", "TIMEOUT", "RUNTIME_ERROR", "SANDBOX_VIOLATION"},
+    # Lowering its own limits is killed by the strict filter.
+    "esc_rlimit_self_kill_cpu": {"SANDBOX_VIOLATION"},
+    # The library it planted is never loaded: the judge's extensions
+    # directory is its own, empty, and the run stage builds nothing.
+    "esc_judge_loads_planted_ext_cpu": {"REFERENCE_ERROR"},
 }
 # A job's output kept in a result: process_runner's tail (8 KiB) plus the
 # compile stage's, sanitised.
@@ -33,7 +43,7 @@ MAX_OUTPUT_TAIL = 2 * 8192 * 3
 
 
 def expect_of(case):
-    with open(os.path.join(it.shared_dir(), "corpus", "escapes", case, "expect.json")) as f:
+    with open(os.path.join(it.case_dir("escapes", case), "expect.json")) as f:
         return json.load(f)
 
 
@@ -63,7 +73,7 @@ def test_strict_profile_rejects_every_escape(daemon):
     case: defence in depth in front of the sandbox."""
     not_rejected = {}
     for case in CASES:
-        d = os.path.join(it.shared_dir(), "corpus", "escapes", case)
+        d = it.case_dir("escapes", case)
         payload = {"candidate_source": it.read(os.path.join(d, "candidate.py")),
                    "reference_source": it.read(os.path.join(d, "reference.py")),
                    "backend": "BACKEND_CPU", "client_request_id": "it-check-" + case}
@@ -84,7 +94,7 @@ def escape_results(jobs):
 
 
 def test_escape_corpus_is_present():
-    assert len(CASES) >= 13, "escape corpus not found under %s" % it.shared_dir()
+    assert len(CASES) >= 16, "escape corpus not found under %s" % it.shared_dir()
 
 
 @pytest.mark.waits_for_jobs
@@ -171,3 +181,20 @@ def test_daemon_still_serves_after_the_escapes(daemon, jobs, escape_results):
     assert reply.status == 200, reply.text
     r = reply.json()
     assert r["status"] == "CORRECT" and r["rewardable"] is True, it.describe(r)
+
+
+@pytest.mark.waits_for_jobs
+def test_no_escape_was_blamed_on_kbox_or_retried(daemon, escape_results):
+    # What a candidate does to itself or to its judge is its fault: no
+    # INFRA_ERROR, and kboxd never ran one of them again as its own failure.
+    log = daemon.stderr()
+    for case, r in escape_results.items():
+        assert r["status"] != "INFRA_ERROR", it.describe(r)
+        assert "job %s ended INFRA_ERROR" % r["job_id"] not in log, (case, log[-4000:])
+
+
+@pytest.mark.waits_for_jobs
+def test_the_judge_never_loads_what_the_compile_stage_planted(escape_results):
+    r = escape_results["esc_judge_loads_planted_ext_cpu"]
+    assert "KBOX_PLANTED_JUDGE_CODE" not in text_of(r), it.describe(r)
+    assert r["status"] == "REFERENCE_ERROR" and not r.get("speedup"), it.describe(r)

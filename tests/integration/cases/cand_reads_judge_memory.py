@@ -1,8 +1,9 @@
 """Honest clamp-scale (as cand_clamp_scale_ok.py) that also tries, from its
-compiled code (no Python audit hook sees it), to reach the judge (its parent:
-the process holding the reference's outputs and the trial seed) through
-/proc: its memory, its descriptors, its environment. Each open must fail
-(the judge is not dumpable); it prints what it got."""
+compiled code (no Python audit hook sees it), to reach the judge (the process
+holding the reference's outputs and the trial seed) through /proc: the
+memory, descriptors and environment of its parent and of every other process
+its /proc lists. Each open must fail (the judge has no pid in the candidate's
+namespace, is another uid and is not dumpable); it prints what it got."""
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
@@ -11,11 +12,14 @@ _source = r"""
 #include <torch/extension.h>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <dirent.h>
 #include <fcntl.h>
 #include <string>
 #include <unistd.h>
 
-// "JUDGE_PROBE <what> opened|errno=N" for each /proc path of the parent.
+// "JUDGE_PROBE <what> opened|errno=N" for each /proc path of the parent, and
+// "OTHER_PROBE <pid> <what> opened" for any other process's that opens.
 std::string probe_judge() {
     std::string seen;
     const char* whats[] = {"mem", "fd/0", "environ"};
@@ -32,6 +36,27 @@ std::string probe_judge() {
             std::snprintf(line, sizeof line, "JUDGE_PROBE %s errno=%d\n", what, err);
         }
         seen += line;
+    }
+    char self[64] = "";
+    const ssize_t n = readlink("/proc/self", self, sizeof self - 1);
+    if (n > 0) self[n] = 0;
+    if (DIR* dir = opendir("/proc")) {
+        int others = 0;
+        while (dirent* e = readdir(dir)) {
+            if (e->d_name[0] < '0' || e->d_name[0] > '9' || std::strcmp(e->d_name, self) == 0) continue;
+            ++others;
+            for (const char* what : whats) {
+                char path[300];
+                std::snprintf(path, sizeof path, "/proc/%s/%s", e->d_name, what);
+                const int fd = open(path, O_RDONLY);
+                if (fd >= 0) {
+                    close(fd);
+                    seen += std::string("OTHER_PROBE ") + e->d_name + " " + what + " opened\n";
+                }
+            }
+        }
+        closedir(dir);
+        seen += "OTHER_PROBE looked at " + std::to_string(others) + " processes\n";
     }
     return seen;
 }

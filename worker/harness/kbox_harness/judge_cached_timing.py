@@ -24,7 +24,7 @@ import sys
 import torch
 
 from . import judge_timing, judging, timing
-from .protocol import CANDIDATE, HARNESS
+from .protocol import CANDIDATE
 
 SOURCE_LIVE = "live"
 SOURCE_CACHE = "cache"

@@ -13,7 +13,7 @@ import sys
 import torch
 
 from . import floor, inputs, judging, reference_graph, timing
-from .protocol import CANDIDATE, HARNESS
+from .protocol import CANDIDATE
 
 # Timing stops once both lower quartiles (the figures speedup is computed
 # from: timing.SPEEDUP_QUANTILE) are known to 1 % (95 % confidence) after at

@@ -14,7 +14,6 @@ import json
 import os
 import random
 import select
-import shutil
 import sys
 import tempfile
 
@@ -490,13 +489,17 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
 
     def _audit_roots(self):
         """What the candidate's Python code may open: the job's own directories
-        and the installed software (read), the job's scratch (write)."""
+        and the installed software (read), its own scratch (write): its
+        environment's, never the judge's (judge-boundary.md)."""
         spec = self.spec
+        env = dict(os.environ)
+        if spec.candidate_boundary is not None and spec.candidate_boundary.env:
+            env = dict(kv.partition("=")[::2] for kv in spec.candidate_boundary.env)
         job = [os.path.dirname(spec.candidate_path), spec.build_dir]
-        scratch = [spec.build_dir, tempfile.gettempdir()]
-        for name in ("HOME", "TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR", "CUDA_CACHE_PATH"):
-            if os.environ.get(name):
-                scratch.append(os.environ[name])
+        scratch = [env.get("TMPDIR") or tempfile.gettempdir()]
+        for name in ("HOME", "TRITON_CACHE_DIR", "CUDA_CACHE_PATH"):
+            if env.get(name):
+                scratch.append(env[name])
         installed = ["/usr", "/opt", "/lib", "/lib64", "/etc/ld.so.cache", "/dev/null",
                      "/dev/urandom", "/dev/shm", "/proc/self/maps", "/proc/cpuinfo"]
         installed += [p for p in [sys.prefix, sys.base_prefix, sys.exec_prefix] + sys.path if p]
@@ -797,7 +800,11 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         # A call like every other of the stage, under the op trace (the
         # library compute the text did not show: ATen ops dispatched from
         # Python or from the candidate's C++, on every compared call).
-        self.send({"op": "call", "inputs": where, "observe": True, "check_inputs": True})
+        # The first and the last trial also look for copies of the output
+        # the model keeps (run.output-kept).
+        last = i == self.spec.correctness_trials - 1
+        self.send({"op": "call", "inputs": where, "observe": True, "check_inputs": True,
+                   "copies": i == 0 or last})
         idle_check = i == 0
         # While the candidate's process works, this trial's tolerance (it
         # depends on the reference's output alone: kbox's own bounded GPU
