@@ -88,7 +88,10 @@ TEST(ProcessGroupPauseTest, NoSuchGroupIsNotStopped) {
 TEST(ProcessGroupPauseTest, RunProcessPublishesItsGroupOnlyWhileItRuns) {
   PausableGroup pausable;
   ProcessSpec spec;
-  spec.argv = {"/bin/sh", "-c", "sleep 0.5; echo done"};
+  // Fifty short sleeps, not one: a stopped process's sleep goes on counting
+  // wall time (one `sleep 0.5` stopped early for 0.7 s ends when resumed,
+  // 0.8 s after its start), while a stopped loop takes no further step.
+  spec.argv = {"/bin/sh", "-c", "i=0; while [ $i -lt 50 ]; do sleep 0.01; i=$((i+1)); done; echo done"};
   spec.env = {"PATH=/usr/bin:/bin"};
   spec.wall_limit = 30s;
   spec.pausable = &pausable;
@@ -110,7 +113,7 @@ TEST(ProcessGroupPauseTest, RunProcessPublishesItsGroupOnlyWhileItRuns) {
   EXPECT_EQ(out.end, ProcessOutcome::End::kExited);
   EXPECT_EQ(out.exit_code, 0);
   EXPECT_EQ(out.output_tail, "done\n");
-  EXPECT_GE(took, 1000ms) << "the 0.5 s job ended while stopped for 0.7 s";
+  EXPECT_GE(took, 1000ms) << "the 0.5 s job ended while stopped for 0.7 s";  // >= 0.5 + 0.7 - 0.01
   EXPECT_FALSE(pausable.Pause(100ms));  // Withdrawn once reaped.
 }
 
