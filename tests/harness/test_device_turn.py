@@ -161,6 +161,19 @@ def test_set_up_failing_before_the_turn_asks_to_run_again(tmp_path):
     assert _imported_at(job) is None
 
 
+def test_set_up_failing_while_holding_the_turn_is_final(tmp_path):
+    # The turn is given before set-up ends (a stage run again holds it from
+    # the start): no other job explains the failure, so it is the
+    # reference's, never a request to run again.
+    job, fifo, kboxd_end = _job(tmp_path, REFERENCE_FAILING_AT_IMPORT)
+    os.write(kboxd_end, b"g")
+    try:
+        report = _check(job.run("STAGE_RUN", device_turn_path=fifo), "REFERENCE_FAILED")
+    finally:
+        os.close(kboxd_end)
+    assert not report.get("set_up_again")
+
+
 def test_set_up_failing_without_a_turn_is_the_reference_error(tmp_path):
     job, _, kboxd_end = _job(tmp_path, REFERENCE_FAILING_AT_IMPORT)
     os.close(kboxd_end)

@@ -554,6 +554,12 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         self._timed("setup", t0)
         return loaded
 
+    def _turn_given(self):
+        """Whether kboxd's byte (or its end of file) is already waiting on
+        the turn FIFO: the device is this stage's (or withdrawn) already."""
+        ready, _, _ = select.select([self.turn_fd], [], [], 0)
+        return bool(ready)
+
     def _set_up_again(self, e):
         """Before the turn another job holds the device (and may have filled
         its memory): kboxd runs the stage again, holding it."""
@@ -661,15 +667,15 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         else:
             try:
                 Model, get_inputs, get_init_inputs = self._set_up()
-            except judging.ClientFailed as f:
-                if f.party == REFERENCE and not _out_of_memory(f.exc):
-                    # The reference's own failure (it does not import, it
-                    # builds an extension the run stage cannot build): the
-                    # job ahead on the device has nothing to do with it.
-                    raise
-                self._set_up_again(f.exc if f.exc is not None else f)
             except Exception as e:
-                self._set_up_again(e)
+                if self._turn_given():
+                    # Failed holding the device (the stage run again, or a
+                    # turn that came during set-up): nothing of another job
+                    # explains it, and it is final (a reference that does not
+                    # import is REFERENCE_ERROR, not kbox's to retry).
+                    raise
+                failure = e.exc if isinstance(e, judging.ClientFailed) and e.exc is not None else e
+                self._set_up_again(failure)
             self._note(b"r")
             self._await_turn()
 
@@ -944,10 +950,6 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
             # Odd outputs the comparison cannot handle count as a difference,
             # not as a crash of the harness.
             return judging.failed("outputs could not be compared: " + errors.exception_line(e))
-
-def _out_of_memory(exc):
-    return exc is not None and "out of memory" in ("%s: %s" % (type(exc).__name__, exc)).lower()
-
 
 def _cgroup_fds(spec_boundary):
     """The candidate cgroup's descriptors kboxd gave the judge (the child
