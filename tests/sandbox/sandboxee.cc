@@ -17,8 +17,9 @@
 //   exec PATH        execve PATH (e.g. a compiler hidden from run stages)
 //   whoami           print "pid P uid U fds F..." (honest; exits 0)
 //   split UID        as the run stage's judge does (docs/judge-boundary.md):
-//                    fork a child that takes UID and drops every capability,
-//                    keep CAP_KILL; the child then tries to reach this process
+//                    fork a child into a pid namespace of its own, that takes
+//                    UID and drops every capability, keep CAP_KILL and start a
+//                    thread; the child then tries to reach this process
 //                    (signal it, read its /proc entries, find it as a pid).
 //                    Exits 0 when the child got nowhere, kGotThrough when it
 //                    got through, and another code when a step failed
@@ -42,6 +43,7 @@
 #include <unistd.h>
 
 #include <linux/capability.h>
+#include <pthread.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 
@@ -157,15 +159,22 @@ bool SetCaps(uint64_t caps) {
 }
 
 int Split(unsigned uid) {
-  const uint64_t judge_caps = (1ull << CAP_SETUID) | (1ull << CAP_SETGID) | (1ull << CAP_KILL);
+  const uint64_t judge_caps = (1ull << CAP_SETUID) | (1ull << CAP_SETGID) | (1ull << CAP_KILL) |
+                              (1ull << CAP_SYS_ADMIN);
   if (Caps().first != judge_caps) {
     std::fprintf(stderr, "split: the judge started with capabilities %llx\n",
                  static_cast<unsigned long long>(Caps().first));
     return 3;
   }
   const pid_t judge = ::getpid();
+  // The child into a pid namespace of its own, the judge back into its own
+  // (else it could start no thread: the kernel refuses CLONE_THREAD while
+  // a process's children go to another pid namespace).
+  const int own = ::open("/proc/self/ns/pid", O_RDONLY | O_CLOEXEC);
+  if (own < 0 || ::unshare(CLONE_NEWPID) != 0) return Refused("unshare(CLONE_NEWPID)");
   const pid_t child = ::fork();
   if (child < 0) return Refused("fork");
+  if (child > 0 && ::setns(own, CLONE_NEWPID) != 0) return Refused("setns");
   if (child == 0) {
     if (::setresgid(uid, uid, uid) != 0 || ::setresuid(uid, uid, uid) != 0 || !SetCaps(0)) _exit(4);
     if (Caps().second != 0 || ::getuid() != uid) _exit(5);
@@ -186,6 +195,10 @@ int Split(unsigned uid) {
     _exit(reached == 0 ? 0 : kGotThrough);
   }
   if (!SetCaps(1ull << CAP_KILL) || Caps().first != (1ull << CAP_KILL)) return 7;
+  // Back in its own namespace: a thread starts.
+  pthread_t thread;
+  if (::pthread_create(&thread, nullptr, [](void*) -> void* { return nullptr; }, nullptr) != 0) return 10;
+  ::pthread_join(thread, nullptr);
   int status = 0;
   if (::waitpid(child, &status, 0) != child) return 8;
   // The judge alive to see it, and the child's verdict.

@@ -85,12 +85,6 @@ void ConfineProgram(Context& ctx) {
   keep.push_back(ctx.listener_socket[1]);
   auto argv = CStrings(spec.argv());
   auto envp = CStrings(spec.env());
-  if (spec.has_candidate()) {
-    // The judge's children (the candidate's process first) start in a pid
-    // namespace of their own: none of them has a pid for the judge, init or
-    // anything else outside it. Needs CAP_SYS_ADMIN, dropped just below.
-    if (::unshare(CLONE_NEWPID) != 0) Die(Errno("unshare a pid namespace for the candidate"));
-  }
   const StepError identity = spec.has_candidate() ? BecomeJudgeUser(spec.inside_id())
                                                   : BecomeSandboxUser(spec.inside_id());
   for (const StepError& e : {ApplyRlimits(spec.rlimits()), identity, SetNoNewPrivs(),

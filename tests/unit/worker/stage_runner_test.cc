@@ -231,7 +231,8 @@ TEST_F(StageRunnerTest, InheritsOnlyListedVariables) {
       "PATH", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "HOME", "TMPDIR",
       "TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "CUDA_CACHE_PATH", "TORCHINDUCTOR_CACHE_DIR",
       "XDG_CACHE_HOME", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "LANG", "MAX_JOBS",
-      "OMP_WAIT_POLICY", "CUDA_VISIBLE_DEVICES", "TORCH_CUDA_ARCH_LIST"};
+      "OMP_WAIT_POLICY", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "CUDA_VISIBLE_DEVICES",
+      "TORCH_CUDA_ARCH_LIST"};
   for (const auto& kv : spec.env) {
     const std::string name = kv.substr(0, kv.find('='));
     EXPECT_NE(std::find(allowed.begin(), allowed.end(), name), allowed.end()) << kv;

@@ -500,7 +500,7 @@ class CandidateProcess(object):
         judge_sock, candidate_sock = crossing.socketpair()
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
-        pid = os.fork()
+        pid = boundary.fork(spec_boundary)
         if pid == 0:
             # Only this thread survives fork; nothing else of the judge runs here.
             # The arena's mapping is inherited; its descriptor is not needed.
