@@ -463,16 +463,21 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
                        bool& held_back) {
   // Static checks first: a rejected candidate is never written to disk,
   // compiled or run. The verdicts of one that goes on ride along.
-  const StaticPhase checked = RunStaticCheck(
-      static_check::CheckInput{.candidate_source = request.candidate_source(),
-                               .reference_source = request.reference_source(),
-                               .backend = TaskBackendOf(settings.backend()),
-                               .precision = TaskPrecisionOf(settings.precision())},
-      anticheat);
+  const static_check::CheckInput check_input{.candidate_source = request.candidate_source(),
+                                             .reference_source = request.reference_source(),
+                                             .backend = TaskBackendOf(settings.backend()),
+                                             .precision = TaskPrecisionOf(settings.precision())};
+  const StaticPhase checked = RunStaticCheck(check_input, anticheat);
   result.mutable_durations()->set_static_ms(checked.ms);
   trace.checked = checked.ran;
   if (checked.ran) metrics_.RecordStaticCheck(checked.report, checked.ms / 1000.0);
   if (!ApplyStaticCheck(checked.report, result)) return;
+  // C++ the static checks could not read as text: the compile stage reports
+  // what its load_inline/load calls really received, and those strings are
+  // checked before anything runs (docs/anticheat.md). Such a job never uses
+  // the build cache: a restored build comes with no sources to check.
+  const bool deferred = !checked.report.deferred.empty();
+  std::vector<std::string> kernel_names = checked.report.kernel_names;
 
   WorkspaceOptions options;
   options.keep = config_.keep_job_dirs();
@@ -519,7 +524,7 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
   std::optional<BuildCache::Flight> flight;
   std::string cache_key;
   bool restored = false;
-  if (build_cache_) {
+  if (build_cache_ && !deferred) {
     const auto looked_up = Clock::now();
     cache_key = BuildCacheKey(BuildKeyInputs{.candidate_source = request.candidate_source(),
                                              .reference_source = request.reference_source(),
@@ -555,7 +560,9 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
     if (config_.preforked_compile_stage()) {
       placement.zygote_slot = CompileZygoteSlot(compile_slot.slot());
     }
-    StageOutcome compiled = runner_.Run(*ws, MakeSpec(*ws, settings, v1::STAGE_COMPILE), placement);
+    v1::StageSpec compile_spec = MakeSpec(*ws, settings, v1::STAGE_COMPILE);
+    compile_spec.set_report_extension_sources(deferred);
+    StageOutcome compiled = runner_.Run(*ws, compile_spec, placement);
     durations->set_compile_ms(compiled.process.wall_ms);
     trace.compile_cpu_ms = compiled.process.cpu_ms;
     output = compiled.process.output_tail;
@@ -565,6 +572,13 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
       // flight ends uncached; jobs waiting for it compile on their own).
       result.set_output_tail(output);
       return;
+    }
+    if (deferred) {
+      const static_check::CheckReport read =
+          CheckCompiledSources(check_input, compiled.report ? &*compiled.report : nullptr, anticheat);
+      metrics_.RecordVerdicts(read);
+      kernel_names = read.kernel_names;
+      if (!ApplyCompiledSources(read, result)) return;
     }
     if (flight) {
       const bool cached = OnlyBuildDirWritten(*ws) &&
@@ -604,7 +618,7 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
     if (config_.preforked_run_stage()) placement.zygote_slot = lane.name();
     placement.wall_limit = std::chrono::seconds(settings.time_limit_s());
     placement.mask_toolchain = settings.backend() != v1::BACKEND_TRITON;
-    v1::StageSpec run_spec = MakeSpec(*ws, settings, v1::STAGE_RUN, checked.report.kernel_names);
+    v1::StageSpec run_spec = MakeSpec(*ws, settings, v1::STAGE_RUN, kernel_names);
     reference_key = OfferCachedReference(
         request, settings, gpu_backend ? std::optional<uint32_t>(slot) : std::nullopt, run_spec);
 

@@ -33,6 +33,7 @@ StaticPhase RunStaticCheck(const static_check::CheckInput& input,
     phase.report = static_check::Check(input, profile);
     phase.report.findings.clear();
     phase.report.truncated = false;
+    phase.report.deferred.clear();  // No rule would read the sources.
     return phase;
   }
   const auto start = std::chrono::steady_clock::now();
@@ -93,6 +94,72 @@ bool ApplyStaticCheck(const static_check::CheckReport& report, v1::EvaluateResul
   result.set_status(v1::REJECTED);
   const std::string message = RejectionMessage(report);
   result.set_message(message.empty() ? "rejected by the static anti-cheat checks" : message);
+  return false;
+}
+
+std::vector<static_check::ReportedExtension> ReportedExtensionsOf(const v1::StageReport* report) {
+  std::vector<static_check::ReportedExtension> out;
+  if (report == nullptr) return out;
+  size_t left = kMaxReportedSourceBytes;
+  // Takes `text` when it fits in what is left; false (nothing taken) when not.
+  const auto take = [&left](const std::string& text) {
+    if (text.size() > left) return false;
+    left -= text.size();
+    return true;
+  };
+  for (const v1::ExtensionSources& call : report->extension_sources()) {
+    if (out.size() == kMaxReportedCalls) {
+      static_check::ReportedExtension rest;
+      rest.name = "(more)";
+      rest.unread = "more than " + std::to_string(kMaxReportedCalls) + " load_inline/load calls";
+      out.push_back(std::move(rest));
+      break;
+    }
+    static_check::ReportedExtension r;
+    r.name = call.name();
+    r.line = call.line();
+    bool over = false;
+    for (const std::string& text : call.cpp_sources()) {
+      if (take(text)) r.cpp_sources.push_back(text);
+      else over = true;
+    }
+    for (const std::string& text : call.cuda_sources()) {
+      if (take(text)) r.cuda_sources.push_back(text);
+      else over = true;
+    }
+    for (const std::string& flag : call.flags()) {
+      const size_t eq = flag.find('=');
+      if (!take(flag)) over = true;
+      else if (eq != std::string::npos) r.flags.emplace_back(flag.substr(0, eq), flag.substr(eq + 1));
+    }
+    if (call.truncated() || over) r.unread = "its text is longer than the 1 MiB kbox reads";
+    if (!call.unread_files().empty()) {
+      std::string files;
+      for (const std::string& f : call.unread_files()) {
+        if (files.size() > 200) {
+          files += ", ...";
+          break;
+        }
+        files += (files.empty() ? "" : ", ") + f;
+      }
+      r.unread = "load() named files kbox did not read: " + files;
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+static_check::CheckReport CheckCompiledSources(const static_check::CheckInput& input, const v1::StageReport* report,
+                                               const static_check::AnticheatProfile& profile) {
+  return static_check::CheckReportedExtensions(input, ReportedExtensionsOf(report), profile);
+}
+
+bool ApplyCompiledSources(const static_check::CheckReport& report, v1::EvaluateResult& result) {
+  for (const auto& f : report.findings) *result.add_verdicts() = VerdictOf(f, v1::PHASE_COMPILE);
+  if (!report.rejected()) return true;
+  result.set_status(v1::REJECTED);
+  const std::string message = RejectionMessage(report);
+  result.set_message(message.empty() ? "rejected by the anti-cheat checks of the compiled sources" : message);
   return false;
 }
 

@@ -5,10 +5,12 @@
 // reject ends an evaluation as REJECTED before anything is compiled.
 
 #include <string>
+#include <vector>
 
 #include <google/protobuf/repeated_ptr_field.h>
 
 #include "kbox/v1/evaluation.pb.h"
+#include "kbox/v1/harness.pb.h"
 #include "policy/static_check/static_checker.h"
 
 namespace kbox {
@@ -47,6 +49,32 @@ std::string RejectionMessage(const static_check::CheckReport& report);
 // status REJECTED and the rejection message and returns false: the job ends
 // here (no compile, no run). Otherwise returns true and leaves the status.
 bool ApplyStaticCheck(const static_check::CheckReport& report, v1::EvaluateResult& result);
+
+// The bound on the extension text kboxd reads from one compile report (the
+// harness sends at most this much; a report past it is not the harness's).
+inline constexpr size_t kMaxReportedSourceBytes = size_t{1} << 20;
+// And on the calls: past it, the rest are one call kbox did not read.
+inline constexpr size_t kMaxReportedCalls = 256;
+
+// A compile report's extension_sources as the checker reads them: each call's
+// strings and flags; a call whose text the harness left out (truncated,
+// unread files) or that takes the total past kMaxReportedSourceBytes has
+// `unread` set. `report` may be null (no report: nothing reported).
+std::vector<static_check::ReportedExtension> ReportedExtensionsOf(const v1::StageReport* report);
+
+// The static checks the compile stage made possible (the static report had
+// deferred calls, so the compile stage was asked for its sources): the rules
+// that read extension text run on what `report` says the candidate's
+// load_inline/load calls received, under `profile` (the request's, with its
+// overrides). A deferred call with nothing reported is
+// py.unresolved-extension-source.
+static_check::CheckReport CheckCompiledSources(const static_check::CheckInput& input, const v1::StageReport* report,
+                                               const static_check::AnticheatProfile& profile);
+
+// Adds those findings to `result` as verdicts of phase PHASE_COMPILE. When one
+// rejects, sets status REJECTED and the rejection message and returns false:
+// the job ends here (nothing runs). Otherwise returns true.
+bool ApplyCompiledSources(const static_check::CheckReport& report, v1::EvaluateResult& result);
 
 // The run stage's dynamic findings (run.* rules) graded by the request's
 // profile: unknown or non-run rule ids (the harness shares its process with

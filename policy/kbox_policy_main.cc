@@ -134,6 +134,11 @@ int Anticheat(const std::vector<std::string>& args) {
     std::cout << file << ":" << f.line << ":" << f.column << ": " << sc::SeverityName(f.severity) << " "
               << f.rule_id << ": " << f.message << "\n    " << f.snippet << "\n";
   }
+  // kboxd checks these on the strings the compile stage reports.
+  for (const sc::DeferredCall& d : report.deferred) {
+    std::cout << file << ":" << d.line << ":" << d.column << ": deferred to the compile stage: " << d.reason
+              << "\n";
+  }
   std::cout << (report.rejected() ? "rejected" : "not rejected") << " (" << report.findings.size()
             << " findings, profile " << profile->name() << ")\n";
   return report.rejected() ? 1 : 0;

@@ -612,6 +612,7 @@ class CppChecker {
 
   // The candidate.py line and column the C++ token `i` came from.
   std::pair<uint32_t, uint32_t> Place(size_t i) const {
+    if (src_.fixed_place) return {src_.fixed_line, src_.fixed_column};
     const CppToken& t = t_[i];
     const auto& map = src_.text.value_line_source;
     uint32_t line = map.empty() ? 0 : map.back();
@@ -718,6 +719,9 @@ class CppChecker {
       std::string_view body = d.substr(6);
       ExtensionSource macro;
       macro.cuda = src_.cuda;
+      macro.fixed_place = src_.fixed_place;
+      macro.fixed_line = src_.fixed_line;
+      macro.fixed_column = src_.fixed_column;
       macro.text.value = std::string(body);
       const auto& map = src_.text.value_line_source;
       const uint32_t line = t_[i].line >= 1 && t_[i].line <= map.size() ? map[t_[i].line - 1] : 0;

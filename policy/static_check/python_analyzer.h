@@ -56,6 +56,7 @@ struct ExtensionCall {
   uint32_t open = 0;  // The '(' of the call.
   uint32_t close = 0;
   bool inline_sources = true;  // load_inline; false for load(sources=files).
+  uint32_t begin = 0;  // The first token of the called expression.
 };
 
 struct Arg {
@@ -135,7 +136,8 @@ class Analyzer {
 
   // Compiler flags that read host files (-include /etc/passwd, @file, -I/)
   // disclose them in diagnostics, like an #include would.
-  void CheckFlags(const Arg& a, std::string_view key);
+  // False when the flags are not literal text (the check is deferred).
+  bool CheckFlags(const Arg& a, std::string_view key);
 
   // The literal text of a string expression: literals, names bound to them,
   // lists and tuples of them, '+', and .format/.replace/% (whose arguments
@@ -265,6 +267,10 @@ class Analyzer {
   std::set<std::string_view, std::less<>> forward_self_writes_;  // self.X assigned in reached code.      // Lambda's first token -> it.
   std::map<const PyStmt*, Function*> function_by_def_;  // def statement -> it.
   std::vector<ExtensionCall> extension_calls_;
+  // Names assigned by an assignment statement, by scope; those among them
+  // bound to text more than once hold no text kbox can name.
+  std::set<std::pair<const Scope*, std::string_view>> assigned_names_;
+  std::set<std::pair<const Scope*, std::string_view>> text_rebound_;
   std::set<std::string, std::less<>> lit_store_;  // Owns folded getattr names.
   std::set<const Function*> reached_;
   Class* model_new_ = nullptr;

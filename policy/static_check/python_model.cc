@@ -1,5 +1,7 @@
 #include "policy/static_check/python_analyzer.h"
 
+#include <algorithm>
+
 #include "policy/static_check/python_names.h"
 
 // The model half: bindings, classes, functions, extension sources and what
@@ -24,6 +26,30 @@ bool NamesHostPath(std::string_view f) {
 }
 
 }  // namespace
+
+}  // namespace kbox::static_check::python_analysis
+
+namespace kbox::static_check {
+
+bool FlagReadsHostFiles(std::string_view key, std::string_view f) {
+  const bool reads_file = f.starts_with("-include") || f.starts_with("--include") || f.starts_with("-imacros") ||
+                          f.starts_with("@") || f.starts_with("-Wl,@") || f.starts_with("--preinclude") ||
+                          f.starts_with("-specs") || f.starts_with("--options-file") || f.starts_with("-B");
+  // Any host path in a flag (`-I/etc`, `-I` then `/etc`, `-Wp,-include,/x`,
+  // `--sysroot=/`) lets the compiler read outside the job.
+  const bool abs_path = (key == "extra_include_paths" && !f.empty()) || python_analysis::NamesHostPath(f);
+  const bool preprocessor_passthrough = f.find("-include") != std::string_view::npos ||
+                                        f.find("-imacros") != std::string_view::npos || f.starts_with("-Wp,") ||
+                                        f.starts_with("-Xpreprocessor") || f.starts_with("-idirafter") ||
+                                        f.starts_with("-iprefix") || f.starts_with("-iwithprefix") ||
+                                        f.starts_with("-isysroot") || f.starts_with("--sysroot") ||
+                                        f.starts_with("-isystem") || f.starts_with("-iquote");
+  return reads_file || abs_path || preprocessor_passthrough;
+}
+
+}  // namespace kbox::static_check
+
+namespace kbox::static_check::python_analysis {
 
 bool Analyzer::IsString(uint32_t i) const {
   return i < t_.size() && (t_[i].kind == PyTokenKind::kString || t_[i].kind == PyTokenKind::kFStringStart);
@@ -366,7 +392,14 @@ void Analyzer::CollectSimple(const PyStmt& s, Class* cls, Function* fn) {
   if (eqs.size() < 2) {
     // Annotated assignment without value, or an augmented one: no new alias.
     if (IsName(s.begin) && (IsOp(s.begin + 1, ":") || IsAugOp(s.begin + 1))) {
-      if (!Lookup(t_[s.begin].text, fn)) scope[t_[s.begin].text] = Binding{};
+      const std::string_view name = t_[s.begin].text;
+      if (!Lookup(name, fn)) scope[name] = Binding{};
+      // `src += more` (in a loop, say): the name no longer holds the literal
+      // it was bound to, so its text is read after the compile.
+      Scope& target = fn && fn->declared_global.contains(name) ? globals_ : scope;
+      if (IsAugOp(s.begin + 1)) {
+        if (auto it = target.find(name); it != target.end() && it->second.kind == Bind::kString) it->second = Binding{};
+      }
     }
     return;
   }
@@ -385,7 +418,15 @@ void Analyzer::CollectSimple(const PyStmt& s, Class* cls, Function* fn) {
         // `global _ext` then `_ext = load_inline(...)` binds the module's name;
         // a name that ever holds the extension stays the extension.
         Scope& target = fn && fn->declared_global.contains(t_[a].text) ? globals_ : scope;
+        const std::pair<const Scope*, std::string_view> key{&target, t_[a].text};
+        const bool rebound = !assigned_names_.insert(key).second;
         Binding& slot = target[t_[a].text];
+        // A name given text and bound again: which text a load_inline call
+        // saw depends on the order things ran in (`src = EVIL; ext =
+        // load_inline(..., src); src = HONEST`), so it is read after the
+        // compile.
+        if (rebound && (slot.kind == Bind::kString || v.kind == Bind::kString)) text_rebound_.insert(key);
+        if (v.kind == Bind::kString && text_rebound_.contains(key)) v = Binding{};
         if (&target == &scope || slot.kind != Bind::kExtension) slot = v;
       } else if (t_[a].IsName("self") && IsOp(a + 1, ".") && IsName(a + 2) && b == a + 3 && fn && !fn->cls.empty()) {
         if (auto c = classes_.find(fn->cls); c != classes_.end()) {
@@ -497,7 +538,7 @@ Binding Analyzer::ClassifyValue(uint32_t a, uint32_t b, Function* fn, const PySt
       }
     }
     if (q == "torch.utils.cpp_extension.load_inline" || q == "torch.utils.cpp_extension.load") {
-      extension_calls_.push_back(ExtensionCall{end, close, q.ends_with("load_inline")});
+      extension_calls_.push_back(ExtensionCall{end, close, q.ends_with("load_inline"), a});
       facts_.has_extension = true;
       return Binding{Bind::kExtension, {}, {}, 0, 0, {}};
     }
@@ -521,12 +562,19 @@ Binding Analyzer::ClassifyValue(uint32_t a, uint32_t b, Function* fn, const PySt
 }
 
 void Analyzer::ExtractSources() {
+  std::set<uint32_t> seen;  // `a = b = load_inline(...)` is classified once per target.
   for (const ExtensionCall& call : extension_calls_) {
+    if (!seen.insert(call.open).second) continue;
+    // What kbox cannot read here is read after the compile, from what the
+    // call really received (CheckReportedExtensions): the first reason.
+    std::string deferred;
+    const auto defer = [&](std::string why) {
+      if (deferred.empty()) deferred = std::move(why);
+    };
     const auto args = Args(call.open, call.close);
     for (const Arg& a : args) {
       if (a.keyword.empty() && (IsOp(a.begin, "*") || IsOp(a.begin, "**"))) {
-        Add("py.unresolved-extension-source", a.begin,
-            "load_inline arguments unpacked from a container: kbox cannot tell which sources they hold");
+        defer("load_inline arguments unpacked from a container");
       }
     }
     for (size_t k = 0; k < args.size(); ++k) {
@@ -537,46 +585,35 @@ void Analyzer::ExtractSources() {
       if (key == "cpp_sources" || key == "cuda_sources") {
         auto text = StringValue(a.begin, a.end, 0);
         if (!text) {
-          Add("py.unresolved-extension-source", a.begin,
-              std::string(key) + " is not literal text kbox can read, so its C++ cannot be checked");
+          defer(std::string(key) + " is not literal text kbox can read");
           continue;
         }
         facts_.sources.push_back(ExtensionSource{std::move(*text), key == "cuda_sources"});
       } else if (key == "sources") {
-        Add("py.unresolved-extension-source", a.begin,
-            "load(sources=...) builds files kbox never sees; use load_inline with the source text");
+        defer("load(sources=...) builds files kbox reads only when they are built");
       } else if (key == "extra_cflags" || key == "extra_cuda_cflags" || key == "extra_ldflags" ||
                  key == "extra_include_paths") {
-        CheckFlags(a, key);
+        if (!CheckFlags(a, key)) defer(std::string(key) + " is not literal text kbox can read");
       }
     }
+    if (deferred.empty()) continue;
+    const PyToken& first = t_[std::min<size_t>(call.begin, t_.size() - 1)];
+    const PyToken& last = t_[std::min<size_t>(call.close, t_.size() - 1)];
+    facts_.deferred.push_back(DeferredCall{first.line, first.column, std::max(first.line, last.line),
+                                           std::move(deferred)});
   }
 }
 
-void Analyzer::CheckFlags(const Arg& a, std::string_view key) {
+bool Analyzer::CheckFlags(const Arg& a, std::string_view key) {
   auto flags = StringList(a.begin, a.end, 0);
-  if (!flags) {
-    Add("py.unresolved-extension-source", a.begin, std::string(key) + " is not literal text kbox can read");
-    return;
-  }
+  if (!flags) return false;
   for (const DecodedString& p : *flags) {
-    const std::string& f = p.value;
-    const bool reads_file = f.starts_with("-include") || f.starts_with("--include") || f.starts_with("-imacros") ||
-                            f.starts_with("@") || f.starts_with("-Wl,@") || f.starts_with("--preinclude") ||
-                            f.starts_with("-specs") || f.starts_with("--options-file") || f.starts_with("-B");
-    // Any host path in a flag (`-I/etc`, `-I` then `/etc`, `-Wp,-include,/x`,
-    // `--sysroot=/`) lets the compiler read outside the job.
-    const bool abs_path = (key == "extra_include_paths" && !f.empty()) || NamesHostPath(f);
-    const bool preprocessor_passthrough = f.find("-include") != std::string::npos ||
-                                          f.find("-imacros") != std::string::npos || f.starts_with("-Wp,") ||
-                                          f.starts_with("-Xpreprocessor") || f.starts_with("-idirafter") ||
-                                          f.starts_with("-iprefix") || f.starts_with("-iwithprefix") ||
-                                          f.starts_with("-isysroot") || f.starts_with("--sysroot") ||
-                                          f.starts_with("-isystem") || f.starts_with("-iquote");
-    if (reads_file || abs_path || preprocessor_passthrough) {
-      Add("cpp.include-path", a.begin, "compiler flag `" + f.substr(0, 60) + "` reads host files at compile time");
+    if (FlagReadsHostFiles(key, p.value)) {
+      Add("cpp.include-path", a.begin,
+          "compiler flag `" + p.value.substr(0, 60) + "` reads host files at compile time");
     }
   }
+  return true;
 }
 
 

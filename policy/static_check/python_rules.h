@@ -18,6 +18,11 @@ namespace kbox::static_check {
 struct ExtensionSource {
   DecodedString text;
   bool cuda = false;  // From cuda_sources (or a .cu name in load(sources=...)).
+  // A text without a line map (reported by the compile stage, not found in
+  // candidate.py): every finding sits at this place (the load_inline call).
+  bool fixed_place = false;
+  uint32_t fixed_line = 0;
+  uint32_t fixed_column = 0;
 };
 
 // A kernel the candidate defines, placed in candidate.py (for the order of
@@ -36,7 +41,15 @@ struct PythonFacts {
   // Functions decorated with triton.jit/autotune/heuristics (through any
   // import alias), and plain names passed to `triton.jit(f)`.
   std::vector<KernelNameAt> triton_kernels;
+  // load_inline/load calls whose C++ or flags are not literal text: checked
+  // on what the compile stage reports (CheckReportedExtensions).
+  std::vector<DeferredCall> deferred;
 };
+
+// A compiler flag of load_inline's `key` argument (extra_cflags, ...) that
+// makes the compiler read host files (-include, @file, -I/etc, ...):
+// cpp.include-path.
+bool FlagReadsHostFiles(std::string_view key, std::string_view flag);
 
 PythonFacts CheckPython(const PyModule& module, const CheckInput& input, FindingSink& sink);
 

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "policy/static_check/anticheat_profile.h"
@@ -41,6 +42,19 @@ struct Finding {
   std::string message;  // One line: what was seen and why it matters.
 };
 
+// A load_inline/load call whose C++ (or compiler flags) the static pass
+// could not read as text: a source through a helper's parameter, built in a
+// loop, read from a dict, returned by a call, files named to load(), the
+// arguments unpacked from a container. The check of that C++ is deferred: the
+// compile stage reports the strings the call really received and kboxd runs
+// the C++ rules on them (CheckReportedExtensions) before anything runs.
+struct DeferredCall {
+  uint32_t line = 0;       // The call's first token in candidate.py (1-based).
+  uint32_t column = 0;
+  uint32_t last_line = 0;  // The line of its closing parenthesis.
+  std::string reason;      // What kbox could not read, e.g. "cuda_sources is not literal text".
+};
+
 struct CheckReport {
   // Sorted by (line, column, rule_id); one finding per rule and place.
   std::vector<Finding> findings;
@@ -56,6 +70,25 @@ struct CheckReport {
   // any import alias) or passed by name to `triton.jit(f)`. Deduplicated, in
   // order of appearance in candidate.py; at most kMaxKernelNames.
   std::vector<std::string> kernel_names;
+  // Calls whose C++ the static pass could not read, in order of appearance.
+  // Not empty: the compile stage must report the sources it built, and the
+  // job is judged on them (CheckReportedExtensions). kernel.none and
+  // cpp.kernel-never-launched wait for those sources too.
+  std::vector<DeferredCall> deferred;
+};
+
+// One load_inline/load call as the compile stage's extension hook saw it:
+// the strings the call received (and the text of the files load() named).
+struct ReportedExtension {
+  std::string name;     // The call's `name` argument.
+  uint32_t line = 0;    // The candidate.py line the call came from; 0: unknown.
+  std::vector<std::string> cpp_sources;   // load: the text of each C++ file.
+  std::vector<std::string> cuda_sources;  // load: the text of each .cu/.cuh file.
+  // extra_cflags, extra_cuda_cflags, extra_ldflags, extra_include_paths.
+  std::vector<std::pair<std::string, std::string>> flags;  // (argument, flag)
+  // Something the hook could not hand over: files it did not read, text past
+  // the report's size bound. What kbox cannot read, it does not vouch for.
+  std::string unread;  // Empty: complete.
 };
 
 inline constexpr size_t kMaxKernelNames = 256;
@@ -66,5 +99,22 @@ inline constexpr size_t kMaxFindings = 200;
 // kernel_names (under a profile that switches every rule off, the analysis
 // still runs but reports no findings).
 CheckReport Check(const CheckInput& input, const AnticheatProfile& profile);
+
+// The deferred half of a check (docs/anticheat.md, "Sources kbox reads after
+// the compile"): runs the rules that read extension text (cpp.*, and
+// cpp.include-path on flags) on the sources the compile stage reported for
+// `input`'s candidate, under the same profile; then kernel.none and
+// cpp.kernel-never-launched on everything the candidate built. A text the
+// static pass read already (and checked with its line map) is not checked
+// again. A finding in a reported text sits on candidate.py's line of that text
+// when the text appears there verbatim, else on the load_inline call it came
+// from (a reported call comes from the deferred call whose lines hold its
+// `line`). Each deferred call (Check's report.deferred, found again here)
+// that no reported call came from, and each reported call with something
+// unread, is py.unresolved-extension-source: C++ that neither pass could
+// read. kernel_names: the candidate's kernels, those of the reported sources
+// included; `deferred` is left empty. Same contract as Check().
+CheckReport CheckReportedExtensions(const CheckInput& input, const std::vector<ReportedExtension>& reported,
+                                    const AnticheatProfile& profile);
 
 }  // namespace kbox::static_check

@@ -230,6 +230,12 @@ def job_table():
     add("static_override", matmul_ref, cand("cand_matmul_operator.py"),
         measure_performance=False, seed=HONEST_SEED,
         anticheat_overrides={"py.matmul-operator": "suspicious", "run.library-compute": "suspicious"})
+    # C++ the static checks cannot read as text (through a helper's
+    # parameter): checked on what the compile stage reports (test_static_check.py).
+    add("static_deferred_honest", ref, cand("cand_clamp_scale_helper.py"), seed=HONEST_SEED,
+        measure_performance=False)
+    add("static_deferred_aten", ref, cand("cand_clamp_scale_helper_aten.py"),
+        measure_performance=False)
     for case in it.corpus_cpu_cases():
         d = os.path.join(it.corpus_legit_dir(), case)
         add("corpus:" + case, it.read(os.path.join(d, "reference.py")),
@@ -265,7 +271,19 @@ def job_table():
         add("escape:" + case, it.read(os.path.join(d, "reference.py")),
             it.read(os.path.join(d, "candidate.py")), measure_performance=False,
             time_limit_s=ESCAPE_TIME_LIMIT_S, anticheat_profile="off")
-    return jobs
+    return _selected(jobs)
+
+
+def _selected(jobs):
+    """KBOX_IT_JOBS (comma-separated fnmatch patterns of job names, e.g.
+    "static_*"): submit only those, for a quick run of a few tests with -k.
+    Unset: every job."""
+    import fnmatch
+    patterns = [p.strip() for p in os.environ.get("KBOX_IT_JOBS", "").split(",") if p.strip()]
+    if not patterns:
+        return jobs
+    return {name: payload for name, payload in jobs.items()
+            if any(fnmatch.fnmatchcase(name, p) for p in patterns)}
 
 
 class JobBoard(object):
@@ -284,7 +302,8 @@ class JobBoard(object):
             else:
                 self.futures[name] = self._pool.submit(_evaluate, daemon.port, payload)
             time.sleep(0.05)  # keep the arrival order (the compile queue is FIFO)
-        self.futures["cli_example"] = self._pool.submit(_cli_eval_example, daemon)
+        if _selected({"cli_example": None}):
+            self.futures["cli_example"] = self._pool.submit(_cli_eval_example, daemon)
 
     def _wait(self, name, raise_on_timeout=True):
         left = max(1.0, self.submitted_at + JOBS_DEADLINE_S - time.monotonic())

@@ -19,6 +19,10 @@ MATMUL_REF = it.case_path("ref_matmul_relu.py")
 MATMUL_CAND = it.case_path("cand_matmul_operator.py")     # C++ relu, `a @ b` in forward
 PYTHON_CAND = it.case_path("cand_matmul_python.py")       # no kernel at all
 HONEST_CAND = it.case_path("cand_clamp_scale_ok.py")
+# C++ through a helper's parameter: read after the compile, from what the
+# compile stage reports (docs/anticheat.md, "Sources kbox reads after the compile").
+HELPER_CAND = it.case_path("cand_clamp_scale_helper.py")
+HELPER_ATEN_CAND = it.case_path("cand_clamp_scale_helper_aten.py")
 
 
 def matmul_line():
@@ -279,6 +283,53 @@ def test_evaluate_override_downgrades_and_rides_along(jobs):
     assert "mm" in traced[0]["message"]
     assert all(v["severity"] != "REJECT" for v in r["verdicts"]), describe(r)
     assert r["settings"]["anticheat_profile"] == "strict"
+
+
+def test_check_does_not_reject_what_it_defers_to_the_compile(daemon):
+    # No compile here: the C++ the checker cannot read is judged by
+    # /v1/evaluate once the compile stage has reported it.
+    for path in (HELPER_CAND, HELPER_ATEN_CAND):
+        reply = check_json(daemon, candidate_source=it.read(path),
+                           reference_source=it.read(it.case_path("ref_clamp_scale.py")))
+        assert reply.status == 200, reply
+        r = reply.json()
+        assert r["rejected"] is False, r
+        assert not [v for v in r["verdicts"] if v["rule_id"] == "py.unresolved-extension-source"], r
+
+
+@pytest.mark.waits_for_jobs
+def test_evaluate_source_through_a_helper_is_checked_after_the_compile(jobs):
+    # REJECTED by py.unresolved-extension-source before: now its text is read.
+    r = jobs.result("static_deferred_honest")
+    assert r["status"] == "CORRECT", describe(r)
+    assert r["rewardable"] is True, describe(r)
+    assert all(v["severity"] != "REJECT" for v in r["verdicts"]), describe(r)
+    assert not [v for v in r["verdicts"] if v["rule_id"] == "py.unresolved-extension-source"], describe(r)
+    d = r["durations"]
+    assert d["compile_ms"] > 0 and d["run_ms"] > 0, d
+    assert r.get("build_cache_hit", False) is False    # such a job always compiles
+
+
+@pytest.mark.waits_for_jobs
+def test_evaluate_aten_in_a_deferred_source_is_rejected_after_the_compile(jobs):
+    r = jobs.result("static_deferred_aten")
+    line = it.marker_line(HELPER_ATEN_CAND, "KBOX_IT_ATEN")
+    assert r["status"] == "REJECTED", describe(r)
+    assert r["rewardable"] is False
+    assert r["message"].startswith(
+        "rejected by anti-cheat rule cpp.aten-compute at candidate.py:%d: " % line), r["message"]
+    d = r["durations"]
+    assert d["compile_ms"] > 0 and d["run_ms"] == 0, d     # compiled, never run
+    assert r["trials"] == [], describe(r)
+    rejects = [v for v in r["verdicts"] if v["severity"] == "REJECT"]
+    # at::matmul, at::diag and .clamp, each at its column.
+    assert rejects and {v["rule_id"] for v in rejects} == {"cpp.aten-compute"}, describe(r)
+    for v in rejects:
+        # The text stands in candidate.py verbatim: the verdicts name its line.
+        assert v["phase"] == "PHASE_COMPILE" and v["line"] == line, v
+        assert "at::matmul" in v["snippet"], v
+    # Nothing of the static phase rejected it: it went on to the compile.
+    assert all(v["phase"] != "PHASE_STATIC" or v["severity"] != "REJECT" for v in r["verdicts"])
 
 
 # -- kbox check -------------------------------------------------------------------------

@@ -200,6 +200,203 @@ TEST(StaticVerdictsTest, CheckerRunsUnderAProfile) {
   for (const auto& v : r.verdicts()) EXPECT_EQ(v.phase(), v1::PHASE_STATIC);
 }
 
+// ---- sources the static pass deferred, checked on the compile report ----------------
+
+// A CUDA candidate whose sources reach load_inline through a helper's
+// parameters: the static pass reads neither, so it asks the compile stage.
+constexpr std::string_view kHelperCuda =
+    "import torch\n"
+    "import torch.nn as nn\n"
+    "from torch.utils.cpp_extension import load_inline\n"
+    "\n"
+    "\n"
+    "def build(name, cpp, cuda):\n"
+    "    return load_inline(name=name, cpp_sources=cpp, cuda_sources=cuda, functions=[\"relu\"])\n"
+    "\n"
+    "\n"
+    "ext = build(\"relu_ext\", open_cpp(), open_cuda())\n"
+    "\n"
+    "\n"
+    "class ModelNew(nn.Module):\n"
+    "    def forward(self, x):\n"
+    "        return ext.relu(x)\n";
+constexpr uint32_t kHelperCallLine = 7;  // `return load_inline(`.
+
+constexpr std::string_view kReluCuda =
+    "#include <torch/extension.h>\n"
+    "__global__ void relu_kernel(const float* x, float* y, int n) {\n"
+    "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "  if (i < n) y[i] = x[i] > 0.f ? x[i] : 0.f;\n"
+    "}\n"
+    "torch::Tensor relu(torch::Tensor x) {\n"
+    "  auto y = torch::empty_like(x);\n"
+    "  int n = static_cast<int>(x.numel());\n"
+    "  relu_kernel<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), n);\n"
+    "  return y;\n"
+    "}\n";
+
+// The same extension with the work done by cuBLAS.
+constexpr std::string_view kCublasCuda =
+    "#include <torch/extension.h>\n"
+    "#include <cublas_v2.h>\n"
+    "__global__ void relu_kernel(const float* x, float* y, int n) {}\n"
+    "torch::Tensor relu(torch::Tensor x) {\n"
+    "  auto y = torch::empty_like(x);\n"
+    "  cublasHandle_t h;\n"
+    "  cublasCreate(&h);\n"
+    "  float one = 1.f, zero = 0.f;\n"
+    "  cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, &one, x.data_ptr<float>(), 1,\n"
+    "              x.data_ptr<float>(), 1, &zero, y.data_ptr<float>(), 1);\n"
+    "  relu_kernel<<<1, 1>>>(x.data_ptr<float>(), y.data_ptr<float>(), 0);\n"
+    "  return y;\n"
+    "}\n";
+
+static_check::CheckInput HelperCudaInput() {
+  static_check::CheckInput input;
+  input.candidate_source = kHelperCuda;
+  input.backend = static_check::TaskBackend::kCuda;
+  return input;
+}
+
+const AnticheatProfile& StrictProfile() {
+  static const AnticheatProfile strict = [] {
+    auto loaded = AnticheatProfile::Load(KBOX_ANTICHEAT_PROFILE_DIR, "strict");
+    EXPECT_TRUE(loaded);
+    return loaded ? *loaded : AnticheatProfile::Uniform("strict", Severity::kReject);
+  }();
+  return strict;
+}
+
+// A compile report with one load_inline call of kHelperCuda's helper.
+v1::StageReport CompileReport(std::string_view cuda) {
+  v1::StageReport report;
+  report.set_outcome(v1::StageReport::OK);
+  v1::ExtensionSources* call = report.add_extension_sources();
+  call->set_kind("load_inline");
+  call->set_name("relu_ext");
+  call->set_line(kHelperCallLine);
+  call->add_cpp_sources("torch::Tensor relu(torch::Tensor x);");
+  call->add_cuda_sources(std::string(cuda));
+  return report;
+}
+
+TEST(CompiledSourcesTest, TheStaticPassDefersTheHelpersSources) {
+  const StaticPhase phase = RunStaticCheck(HelperCudaInput(), StrictProfile());
+  EXPECT_FALSE(phase.report.rejected());
+  ASSERT_EQ(phase.report.deferred.size(), 1u);
+  EXPECT_EQ(phase.report.deferred[0].line, kHelperCallLine);
+  // Under "off" no rule would read the sources: nothing to ask for.
+  const StaticPhase off = RunStaticCheck(HelperCudaInput(), AnticheatProfile::Uniform("off", Severity::kOff));
+  EXPECT_TRUE(off.report.deferred.empty());
+}
+
+TEST(CompiledSourcesTest, ReportedCublasIsRejectedUnderStrict) {
+  const v1::StageReport report = CompileReport(kCublasCuda);
+  const CheckReport read = CheckCompiledSources(HelperCudaInput(), &report, StrictProfile());
+  ASSERT_TRUE(read.rejected());
+  v1::EvaluateResult r;
+  r.set_status(v1::STATUS_UNSPECIFIED);
+  EXPECT_FALSE(ApplyCompiledSources(read, r));
+  EXPECT_EQ(r.status(), v1::REJECTED);
+  bool vendor = false;
+  for (const v1::Verdict& v : r.verdicts()) {
+    EXPECT_EQ(v.phase(), v1::PHASE_COMPILE);
+    if (v.rule_id() != "cpp.vendor-library") continue;
+    vendor = true;
+    EXPECT_EQ(v.severity(), v1::Verdict::REJECT);
+    EXPECT_EQ(v.line(), kHelperCallLine);  // The text has no line map: the call.
+    EXPECT_NE(v.snippet().find("load_inline"), std::string::npos) << v.snippet();
+  }
+  EXPECT_TRUE(vendor) << r.DebugString();
+  EXPECT_EQ(r.message().rfind("rejected by anti-cheat rule cpp.", 0), 0u) << r.message();
+  EXPECT_NE(r.message().find("candidate.py:7"), std::string::npos) << r.message();
+  FinalizeRewardable(r);
+  EXPECT_FALSE(r.rewardable());
+}
+
+TEST(CompiledSourcesTest, HonestReportedTextGivesNoVerdict) {
+  const v1::StageReport report = CompileReport(kReluCuda);
+  const CheckReport read = CheckCompiledSources(HelperCudaInput(), &report, StrictProfile());
+  EXPECT_TRUE(read.findings.empty());
+  EXPECT_EQ(read.kernel_names, std::vector<std::string>{"relu_kernel"});
+  v1::EvaluateResult r;
+  r.set_status(v1::STATUS_UNSPECIFIED);
+  EXPECT_TRUE(ApplyCompiledSources(read, r));
+  EXPECT_EQ(r.verdicts_size(), 0);
+  EXPECT_EQ(r.status(), v1::STATUS_UNSPECIFIED);
+}
+
+TEST(CompiledSourcesTest, DeferredCallWithNoReportedSourcesIsUnresolved) {
+  v1::StageReport empty;
+  empty.set_outcome(v1::StageReport::OK);
+  const std::vector<const v1::StageReport*> reports{&empty, nullptr};
+  for (const v1::StageReport* report : reports) {
+    const CheckReport read = CheckCompiledSources(HelperCudaInput(), report, StrictProfile());
+    v1::EvaluateResult r;
+    EXPECT_FALSE(ApplyCompiledSources(read, r));
+    EXPECT_EQ(r.status(), v1::REJECTED);
+    ASSERT_GE(r.verdicts_size(), 1);
+    EXPECT_EQ(r.verdicts(0).rule_id(), "py.unresolved-extension-source") << r.DebugString();
+    EXPECT_EQ(r.verdicts(0).line(), kHelperCallLine);
+    EXPECT_EQ(r.verdicts(0).phase(), v1::PHASE_COMPILE);
+    EXPECT_EQ(r.message().rfind("rejected by anti-cheat rule py.unresolved-extension-source at candidate.py:7: ", 0),
+              0u)
+        << r.message();
+  }
+}
+
+TEST(CompiledSourcesTest, TextTheHarnessLeftOutIsUnresolved) {
+  v1::StageReport truncated = CompileReport(kReluCuda);
+  truncated.mutable_extension_sources(0)->set_truncated(true);
+  EXPECT_TRUE(CheckCompiledSources(HelperCudaInput(), &truncated, StrictProfile()).rejected());
+
+  v1::StageReport unread = CompileReport(kReluCuda);
+  unread.mutable_extension_sources(0)->add_unread_files("k.cu (outside the job's directories)");
+  const auto reported = ReportedExtensionsOf(&unread);
+  ASSERT_EQ(reported.size(), 1u);
+  EXPECT_NE(reported[0].unread.find("k.cu"), std::string::npos);
+  EXPECT_TRUE(CheckCompiledSources(HelperCudaInput(), &unread, StrictProfile()).rejected());
+
+  // More text than the harness ever sends: not read, and so not vouched for.
+  v1::StageReport huge = CompileReport(kReluCuda);
+  huge.mutable_extension_sources(0)->add_cuda_sources(std::string(kMaxReportedSourceBytes, ' '));
+  EXPECT_FALSE(ReportedExtensionsOf(&huge)[0].unread.empty());
+  EXPECT_TRUE(CheckCompiledSources(HelperCudaInput(), &huge, StrictProfile()).rejected());
+
+  // More calls than any compile stage makes: the rest are not read either.
+  v1::StageReport many = CompileReport(kReluCuda);
+  for (size_t k = 0; k < kMaxReportedCalls; ++k) *many.add_extension_sources() = many.extension_sources(0);
+  const auto calls = ReportedExtensionsOf(&many);
+  ASSERT_EQ(calls.size(), kMaxReportedCalls + 1);
+  EXPECT_FALSE(calls.back().unread.empty());
+  EXPECT_TRUE(CheckCompiledSources(HelperCudaInput(), &many, StrictProfile()).rejected());
+}
+
+TEST(CompiledSourcesTest, ReportedFlagsAreSplitAtTheirArgument) {
+  v1::StageReport report = CompileReport(kReluCuda);
+  report.mutable_extension_sources(0)->add_flags("extra_cflags=-O3");
+  report.mutable_extension_sources(0)->add_flags("extra_cuda_cflags=--sysroot=/");
+  const auto reported = ReportedExtensionsOf(&report);
+  ASSERT_EQ(reported[0].flags.size(), 2u);
+  EXPECT_EQ(reported[0].flags[1].first, "extra_cuda_cflags");
+  EXPECT_EQ(reported[0].flags[1].second, "--sysroot=/");
+  const CheckReport read = CheckCompiledSources(HelperCudaInput(), &report, StrictProfile());
+  ASSERT_EQ(read.findings.size(), 1u);
+  EXPECT_EQ(read.findings[0].rule_id, "cpp.include-path");
+}
+
+TEST(CompiledSourcesTest, TheRequestsOverridesGradeTheVerdicts) {
+  auto lenient = StrictProfile().WithOverrides({{"cpp.vendor-library", Severity::kSuspicious}});
+  ASSERT_TRUE(lenient);
+  const v1::StageReport report = CompileReport(kCublasCuda);
+  const CheckReport read = CheckCompiledSources(HelperCudaInput(), &report, *lenient);
+  v1::EvaluateResult r;
+  r.set_status(v1::STATUS_UNSPECIFIED);
+  EXPECT_TRUE(ApplyCompiledSources(read, r)) << r.DebugString();
+  ASSERT_GE(r.verdicts_size(), 1);
+  for (const v1::Verdict& v : r.verdicts()) EXPECT_NE(v.severity(), v1::Verdict::REJECT) << v.DebugString();
+}
+
 google::protobuf::RepeatedPtrField<v1::Verdict> Reported(
     std::initializer_list<std::pair<const char*, const char*>> items) {
   google::protobuf::RepeatedPtrField<v1::Verdict> out;

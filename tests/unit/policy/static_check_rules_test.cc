@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <ostream>
 #include <set>
 #include <string>
@@ -570,7 +571,13 @@ struct FireCase {
   B backend = B::kCuda;
   P precision = P::kFp32;
   std::string reference{};
+  // Set: the rule fires after the compile, on what the compile stage
+  // reported for the calls the static pass deferred (CheckReportedExtensions).
+  std::optional<std::vector<ReportedExtension>> reported{};
 };
+
+// A compile stage that reported no sources at all.
+const std::optional<std::vector<ReportedExtension>> kNothingReported = std::vector<ReportedExtension>{};
 
 void PrintTo(const FireCase& c, std::ostream* os) { *os << c.rule << " / " << c.tag; }
 
@@ -1148,17 +1155,20 @@ std::vector<FireCase> FireCases() {
   c.push_back({.rule = "py.unresolved-extension-source",
                .tag = "OpenRead",
                .source = Cuda{.cuda_arg = "open(\"kernel.cu\").read()"}.Build(),
-               .at = "open(\"kernel.cu\")"});
+               .at = "open(\"kernel.cu\")",
+               .reported = kNothingReported});
   c.push_back({.rule = "py.unresolved-extension-source",
                .tag = "FunctionResult",
                .source = Cuda{.imports = "def make_source():\n    return \"\"", .cuda_arg = "make_source()"}.Build(),
-               .at = "cuda_sources=make_source()"});
+               .at = "cuda_sources=make_source()",
+               .reported = kNothingReported});
   c.push_back({.rule = "py.unresolved-extension-source",
                .tag = "LoadSourcesFiles",
                .source = Cuda{.imports = "from torch.utils.cpp_extension import load",
                               .module = "ext2 = load(name=\"k\", sources=[\"k.cu\"])"}
                              .Build(),
-               .at = "sources=[\"k.cu\"]"});
+               .at = "sources=[\"k.cu\"]",
+               .reported = kNothingReported});
   // Substitutions whose value kbox cannot read put unseen text into the C++.
   c.push_back({.rule = "py.unresolved-extension-source",
                .tag = "PercentWithComputedValue",
@@ -1166,7 +1176,8 @@ std::vector<FireCase> FireCases() {
                               .cpp_def = "cpp_src = \"torch::Tensor relu(torch::Tensor x); "
                                          "torch::Tensor mm2(torch::Tensor a) { return %s(a, a); }\" % OP"}
                              .Build(),
-               .at = "ext = load_inline"});
+               .at = "ext = load_inline",
+               .reported = kNothingReported});
   c.push_back(
       {.rule = "py.unresolved-extension-source",
        .tag = "ReplaceWithComputedValue",
@@ -1174,11 +1185,13 @@ std::vector<FireCase> FireCases() {
                       .cpp_def = "cpp_src = \"torch::Tensor relu(torch::Tensor x); "
                                  "torch::Tensor mm2(torch::Tensor a) { return OP(a, a); }\".replace(\"OP\", OP)"}
                      .Build(),
-       .at = "ext = load_inline"});
+       .at = "ext = load_inline",
+               .reported = kNothingReported});
   c.push_back({.rule = "py.unresolved-extension-source",
                .tag = "UnresolvedFlags",
                .source = Cuda{.load_args = ", extra_cflags=FLAGS"}.Build(),
-               .at = "extra_cflags=FLAGS"});
+               .at = "extra_cflags=FLAGS",
+               .reported = kNothingReported});
   // Evasions: the same hacks, spelled another way.
   c.push_back(
       {.rule = "py.library-compute-in-forward",
@@ -1282,7 +1295,8 @@ std::vector<FireCase> FireCases() {
                .tag = "KeywordArgumentsDict",
                .source = std::string(kLoadInlineKwargs),
                .at = "load_inline(**OPTS)",
-               .backend = B::kCpu});
+               .backend = B::kCpu,
+               .reported = kNothingReported});
   c.push_back(
       {.rule = "py.library-compute-in-forward",
        .tag = "DecoratorReplacesForward",
@@ -1816,7 +1830,10 @@ class RuleFiresTest : public ::testing::TestWithParam<FireCase> {};
 TEST_P(RuleFiresTest, FiresAtItsLine) {
   const FireCase& c = GetParam();
   ASSERT_NE(FindRule(c.rule), nullptr) << "no rule " << c.rule;
-  const CheckReport r = CheckSource(c.source, c.backend, c.precision, c.reference);
+  const CheckReport r =
+      c.reported ? CheckReportedExtensions(CheckInput{c.source, c.reference, c.backend, c.precision}, *c.reported,
+                                           Strict())
+                 : CheckSource(c.source, c.backend, c.precision, c.reference);
   ASSERT_TRUE(HasRule(r, c.rule)) << c.rule << " did not fire on\n" << c.source << "findings:\n" << Describe(r);
   const uint32_t line = c.at.empty() ? 0 : LineOf(c.source, c.at);
   const auto lines = LinesOf(r, c.rule);

@@ -37,7 +37,9 @@ def import_candidate(spec, pipe):
     result.hook = extension_hook.ExtensionHook(
         spec.build_dir, build=spec.stage != "STAGE_RUN",
         light=spec.light_headers, pch_dir=spec.pch_dir,
-        per_operator=spec.cuda_per_operator_headers).install()
+        per_operator=spec.cuda_per_operator_headers,
+        report_sources=spec.report_extension_sources, candidate_path=spec.candidate_path,
+        read_roots=_job_directories(spec)).install()
     pipe.enter(protocol.CANDIDATE)
     t0 = timing.now_ms()
     try:
@@ -49,6 +51,14 @@ def import_candidate(spec, pipe):
     result.ms = timing.now_ms() - t0
     pipe.enter(protocol.HARNESS)
     return result
+
+
+def _job_directories(spec):
+    """Where load(sources=[files]) files are read for the compile report:
+    the job's source directory, its build directory, its HOME and TMPDIR."""
+    dirs = [os.path.dirname(os.path.abspath(spec.candidate_path)) if spec.candidate_path else "",
+            spec.build_dir, os.environ.get("HOME", ""), os.environ.get("TMPDIR", "")]
+    return [d for d in dirs if d and os.path.isabs(d) and d != "/"]
 
 
 def _candidate_text(path):

@@ -18,6 +18,10 @@ def run(spec, pipe):
     report = {"fingerprint": fingerprint.software()}
     imp = candidate_import.import_candidate(spec, pipe)
     report["phase_ms"] = {"import_candidate": imp.ms}
+    if spec.report_extension_sources:
+        # kboxd checks these before anything runs (the static checks could
+        # not read some call's C++); only when asked: the report stays small.
+        report["extension_sources"] = imp.hook.reported
     light = imp.hook.light_summary()
     if light:
         report["light_headers"] = light

@@ -13,6 +13,15 @@ even when nothing changed, so the wrapper imports the library the compile
 stage left in the extension's build directory instead; one that is not there
 was not built in the compile stage (ExtensionNotBuilt).
 
+With report_sources=True (compile stage, StageSpec.report_extension_sources),
+the hook also keeps, for the compile report's extension_sources, the strings
+each call received (the text of the files load() names, read from the job's
+directories), the flags, and the candidate.py line the call came from, at most
+MAX_REPORTED_SOURCE_BYTES of text in all. Those strings are copied into plain
+str objects and the call goes on with the copies, so what is built is exactly
+what is reported (a str subclass or a list subclass cannot show the hook one
+text and the compiler another).
+
 With light=True (compile stage), each build is first tried against kbox's
 light <torch/extension.h> (light_headers.py); a failed try is forgotten and
 the call builds exactly as the candidate asked. With a precompiled header
@@ -24,11 +33,22 @@ import functools
 import importlib.util
 import inspect
 import os
+import stat
 import subprocess
+import sys
 
 from . import light_headers, per_operator_headers, precompiled_header, sanitize, timing
 
 _CUDA_FLAGS_ARG = "extra_cuda_cflags"
+# Captured before any candidate code runs.
+_getframe = sys._getframe
+_realpath = os.path.realpath
+
+# The compile report's bound on the text of extension_sources, in bytes.
+MAX_REPORTED_SOURCE_BYTES = 1 << 20
+_SOURCE_ARGS = ("cpp_sources", "cuda_sources", "sycl_sources")
+_FLAG_ARGS = ("extra_cflags", "extra_cuda_cflags", "extra_ldflags", "extra_include_paths")
+_CUDA_FILES = (".cu", ".cuh")
 
 
 class ExtensionBuildFailed(BaseException):
@@ -44,6 +64,46 @@ class InfraError(BaseException):
     """The build machinery itself is unusable (e.g. ninja missing): kbox's fault."""
 
 
+def _is_str(value):
+    # Not isinstance: an object can claim str as its __class__.
+    return issubclass(type(value), str)
+
+
+def _plain(value):
+    """(value, texts): a str, or a list or tuple of them, as plain str objects
+    (the argument the call goes on with) and the list of those strings.
+    Anything else is left as it is (torch refuses it) with its str items."""
+    if _is_str(value):
+        text = str.__str__(value)
+        return text, [text]
+    if issubclass(type(value), (list, tuple)):
+        # The storage, as torch's join reads it, not a subclass's __iter__.
+        base = list if issubclass(type(value), list) else tuple
+        items = [str.__str__(v) if _is_str(v) else v for v in base.__iter__(value)]
+        return base(items), [v for v in items if type(v) is str]
+    return value, _as_list(value)
+
+
+def _plain_paths(value):
+    """(value, paths) for load(sources=...): a path or a list or tuple of
+    them (str or os.PathLike, turned into plain str once, so the build reads
+    the files named here); other items are left as they are."""
+    if issubclass(type(value), (list, tuple)):
+        base = list if issubclass(type(value), list) else tuple
+        items = list(base.__iter__(value))
+    else:
+        base, items = None, [value]
+    paths = []
+    for v in items:
+        if isinstance(v, os.PathLike):
+            try:
+                v = os.fspath(v)
+            except Exception:
+                pass
+        paths.append(str.__str__(v) if _is_str(v) else v)
+    return (base(paths) if base is not None else paths[0]), paths
+
+
 def _as_list(value):
     if value is None:
         return []
@@ -56,9 +116,18 @@ def _as_list(value):
 
 
 class ExtensionHook(object):
-    def __init__(self, build_dir="", build=True, light=False, pch_dir="", per_operator=False):
+    def __init__(self, build_dir="", build=True, light=False, pch_dir="", per_operator=False,
+                 report_sources=False, candidate_path="", read_roots=()):
         self.build_dir = build_dir
         self.build = build    # False: load what the compile stage built, never build
+        # Compile stage: keep every call's strings for the report (reported).
+        self.report_sources = report_sources and build
+        self.reported = []    # StageReport.extension_sources, one dict per call
+        self._report_left = MAX_REPORTED_SOURCE_BYTES
+        self._candidate_file = _realpath(candidate_path) if candidate_path else ""
+        self._is_candidate = {}  # co_filename -> whether it is candidate.py
+        # Where load(sources=[files]) may read: the job's own directories.
+        self._read_roots = [_realpath(r) for r in read_roots if r]
         self.light = light and build  # try the light header first (compile stage)
         self.light_outcomes = []  # light_headers.USED / FELL_BACK, one per build
         self.light_ms = 0.0   # time spent in light builds that failed
@@ -152,6 +221,15 @@ class ExtensionHook(object):
                     raise  # the TypeError torch would raise, without building
                 return original(*args, **kwargs)  # let torch report the bad call
             a = bound.arguments
+            if self.report_sources:
+                try:
+                    entry = self._record(kind, a, _getframe(1))
+                except Exception as e:  # what the hook cannot read, kboxd does not vouch for
+                    entry = {"kind": kind, "name": "", "line": 0, "cpp_sources": [],
+                             "cuda_sources": [], "flags": [],
+                             "unread_files": ["(arguments the hook could not read: %s)"
+                                              % type(e).__name__]}
+                self.reported.append(entry)
             if kind == "load_inline":
                 sources = {key: _as_list(a.get(key))
                            for key in ("cpp_sources", "cuda_sources", "sycl_sources") if key in a}
@@ -192,7 +270,87 @@ class ExtensionHook(object):
             raise ExtensionBuildFailed("extension %r failed to build" % name)
 
         wrapper._kbox_wrapped = True
+        # functools.wraps leaves the original within reach (a build no hook
+        # records); nothing of kbox's needs it.
+        del wrapper.__wrapped__
         return wrapper
+
+    # -- the compile report's extension_sources -----------------------------
+
+    def _take(self, text, entry):
+        """Whether `text` fits in what is left of the report's bound; flags
+        `entry` truncated when it does not."""
+        size = len(text.encode("utf-8", "replace"))
+        if size > self._report_left:
+            entry["truncated"] = True
+            return False
+        self._report_left -= size
+        return True
+
+    def _candidate_line(self, frame):
+        """The line of the innermost frame of candidate.py's code, or 0."""
+        while frame is not None:
+            filename = frame.f_code.co_filename
+            mine = self._is_candidate.get(filename)
+            if mine is None:
+                mine = bool(self._candidate_file) and _realpath(filename) == self._candidate_file
+                self._is_candidate[filename] = mine
+            if mine:
+                return int(frame.f_lineno or 0)
+            frame = frame.f_back
+        return 0
+
+    def _record(self, kind, a, frame):
+        """One extension_sources entry; replaces the call's strings in `a` by
+        plain copies, so the build gets exactly what is reported."""
+        entry = {"kind": kind, "name": str.__str__(a["name"]) if _is_str(a.get("name")) else "",
+                 "line": self._candidate_line(frame), "cpp_sources": [], "cuda_sources": [],
+                 "flags": [], "unread_files": []}
+        if kind == "load_inline":
+            for key in _SOURCE_ARGS:
+                if key in a:
+                    a[key], texts = _plain(a[key])
+                    into = entry["cuda_sources" if key == "cuda_sources" else "cpp_sources"]
+                    into.extend(t for t in texts if self._take(t, entry))
+        elif "sources" in a:
+            a["sources"], paths = _plain_paths(a["sources"])
+            for path in paths:
+                text, why = self._read_file(path) if type(path) is str else (None, "not a path")
+                if text is None:
+                    entry["unread_files"].append("%s (%s)" % (os.path.basename(str(path)), why))
+                elif self._take(text, entry):
+                    cuda = path.endswith(_CUDA_FILES)
+                    entry["cuda_sources" if cuda else "cpp_sources"].append(text)
+        for key in _FLAG_ARGS:
+            if key in a and a[key] is not None:
+                a[key], flags = _plain(a[key])
+                entry["flags"].extend(f for f in ("%s=%s" % (key, flag) for flag in flags)
+                                      if self._take(f, entry))
+        return entry
+
+    def _read_file(self, path):
+        """(text, None), or (None, why) for a file load() named that is not
+        readable UTF-8 text inside the job's directories."""
+        try:
+            real = _realpath(path)  # relative names are the build's: from the cwd
+        except (OSError, ValueError):
+            return None, "not a path"
+        if not any(real == root or real.startswith(root.rstrip(os.sep) + os.sep)
+                   for root in self._read_roots):
+            return None, "outside the job's directories"
+        try:
+            if not stat.S_ISREG(os.stat(real).st_mode):
+                return None, "not a regular file"  # a FIFO would block the read
+            with open(real, "rb") as f:
+                data = f.read(self._report_left + 1)
+        except OSError as e:
+            return None, "cannot be read: %s" % (e.strerror or type(e).__name__)
+        if len(data) > self._report_left:
+            return None, "larger than kbox reads"
+        try:
+            return data.decode("utf-8"), None
+        except UnicodeDecodeError:
+            return None, "not UTF-8 text"
 
     def _build_light(self, original, bound, call, parameters):
         """(True, module) when the build with the light header succeeded and

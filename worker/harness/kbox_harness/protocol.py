@@ -78,6 +78,9 @@ class StageSpec(object):
         self.light_headers = bool(d.get("light_headers", False))
         self.pch_dir = str(d.get("pch_dir") or "")
         self.cuda_per_operator_headers = bool(d.get("cuda_per_operator_headers", False))
+        # Compile stage: report every load_inline/load call's sources
+        # (StageReport.extension_sources); kboxd checks them.
+        self.report_extension_sources = bool(d.get("report_extension_sources", False))
         # The reference cache's entry (docs/reference-cache.md); None: none.
         cached = d.get("cached_reference")
         self.cached_reference = None
