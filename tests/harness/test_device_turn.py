@@ -162,9 +162,11 @@ def test_set_up_failing_before_the_turn_asks_to_run_again(tmp_path):
 
 
 def test_set_up_failing_while_holding_the_turn_is_final(tmp_path):
-    # The turn is given before set-up ends (a stage run again holds it from
-    # the start): no other job explains the failure, so it is the
-    # reference's, never a request to run again.
+    # The turn is given before the stage starts (as a stage run again holds
+    # it): no other job explains the failure, so it is the reference's, never
+    # a request to run again. A turn that comes during set-up does not count
+    # (test_set_up_failing_before_the_turn_asks_to_run_again's twin in
+    # tests/integration_prefork/test_run_stages_ahead.py).
     job, fifo, kboxd_end = _job(tmp_path, REFERENCE_FAILING_AT_IMPORT)
     os.write(kboxd_end, b"g")
     try:

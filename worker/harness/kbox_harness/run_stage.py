@@ -665,12 +665,15 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         if self.turn_fd is None:
             Model, get_inputs, get_init_inputs = self._set_up()
         else:
+            # Held from the start (a stage run again gets its turn before it
+            # starts): a turn that came during set-up does not count, another
+            # job may have held the device while the failing step began.
+            held_from_start = self._turn_given()
             try:
                 Model, get_inputs, get_init_inputs = self._set_up()
             except Exception as e:
-                if self._turn_given():
-                    # Failed holding the device (the stage run again, or a
-                    # turn that came during set-up): nothing of another job
+                if held_from_start:
+                    # Failed holding the device: nothing of another job
                     # explains it, and it is final (a reference that does not
                     # import is REFERENCE_ERROR, not kbox's to retry).
                     raise
