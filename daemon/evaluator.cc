@@ -784,6 +784,7 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
       placement.set_up_done_ns = gate->set_up_done_ns();
       placement.turn_due_ns = gate->due_ns();
       placement.run_again = true;
+      run_spec.set_run_again(true);
       metrics_.RecordSetUpAgain(gpu_backend ? std::optional<uint32_t>(slot) : std::nullopt);
       trace.run_cpu_ms += ran.process.cpu_ms;
       ran = runner_.Run(*ws, run_spec, placement);

@@ -162,15 +162,13 @@ def test_set_up_failing_before_the_turn_asks_to_run_again(tmp_path):
 
 
 def test_set_up_failing_while_holding_the_turn_is_final(tmp_path):
-    # The turn is given before the stage starts (as a stage run again holds
-    # it): no other job explains the failure, so it is the reference's, never
-    # a request to run again. A turn that comes during set-up does not count
-    # (test_set_up_failing_before_the_turn_asks_to_run_again's twin in
-    # tests/integration_prefork/test_run_stages_ahead.py).
+    # The stage run again (kboxd gives its turn before it starts): no other
+    # job explains the failure, so it is the reference's, never a request to
+    # run again.
     job, fifo, kboxd_end = _job(tmp_path, REFERENCE_FAILING_AT_IMPORT)
     os.write(kboxd_end, b"g")
     try:
-        report = _check(job.run("STAGE_RUN", device_turn_path=fifo), "REFERENCE_FAILED")
+        report = _check(job.run("STAGE_RUN", device_turn_path=fifo, run_again=True), "REFERENCE_FAILED")
     finally:
         os.close(kboxd_end)
     assert not report.get("set_up_again")

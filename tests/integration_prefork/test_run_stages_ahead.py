@@ -104,13 +104,19 @@ def test_second_job_sets_up_during_the_first_and_loads_after_it(mode):
 # REFERENCE, failing at import the first time (as a reference may when the
 # job holding the device has filled its memory) and importing on the second:
 # the judge's home is the same for a stage run again in its workspace.
+# Nothing a judge writes outlives its run (each gets a fresh judge-N
+# directory as HOME, docs/judge-boundary.md): the first run is the one whose
+# HOME is judge-1.
 REFERENCE_FAILING_ONCE = '''
 import os
 
-_marker = os.path.join(os.environ["HOME"], "reference_imported_once")
-if not os.path.exists(_marker):
-    open(_marker, "w").close()
+if os.path.basename(os.environ["HOME"]) == "judge-1":
     raise RuntimeError("out of memory while another job held the device")
+''' + REFERENCE
+
+
+REFERENCE_FAILING_ALWAYS = '''
+raise RuntimeError("this reference never imports")
 ''' + REFERENCE
 
 
@@ -125,6 +131,11 @@ def test_set_up_failing_before_the_turn_runs_the_stage_again(mode):
         assert result["status"] == "CORRECT", it.describe(result)
         # Imported on the second try (the first raised before its stamp).
         assert "REF_IMPORTED" in result.get("output_tail", ""), result.get("output_tail")
+        # A reference that fails on the second try too is the reference's
+        # error: the stage run again never asks again (kboxd's INFRA_ERROR).
+        result = evaluate(port, "ahead-again-always-%s" % mode, REFERENCE_FAILING_ALWAYS, CANDIDATE,
+                          False, trials=1)
+        assert result["status"] == "REFERENCE_ERROR", it.describe(result)
 
 
 FAST_CANDIDATE = '''

@@ -97,6 +97,8 @@ class StageSpec(object):
         self.exchange_arena_bytes = _int(d.get("exchange_arena_bytes"))
         # Note b"e" when done with the device (run_stage._hand_over_turn).
         self.hand_over_turn = bool(d.get("hand_over_turn", False))
+        # The stage run again after set_up_again: a set-up failure is final.
+        self.run_again = bool(d.get("run_again", False))
         self.reference_cache_max_relative_ci = _float(d.get("reference_cache_max_relative_ci")) or \
             DEFAULT_CACHE_MAX_RELATIVE_CI
         boundary = d.get("candidate_boundary")

@@ -554,12 +554,6 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         self._timed("setup", t0)
         return loaded
 
-    def _turn_given(self):
-        """Whether kboxd's byte (or its end of file) is already waiting on
-        the turn FIFO: the device is this stage's (or withdrawn) already."""
-        ready, _, _ = select.select([self.turn_fd], [], [], 0)
-        return bool(ready)
-
     def _set_up_again(self, e):
         """Before the turn another job holds the device (and may have filled
         its memory): kboxd runs the stage again, holding it."""
@@ -665,17 +659,13 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         if self.turn_fd is None:
             Model, get_inputs, get_init_inputs = self._set_up()
         else:
-            # Held from the start (a stage run again gets its turn before it
-            # starts): a turn that came during set-up does not count, another
-            # job may have held the device while the failing step began.
-            held_from_start = self._turn_given()
             try:
                 Model, get_inputs, get_init_inputs = self._set_up()
             except Exception as e:
-                if held_from_start:
-                    # Failed holding the device: nothing of another job
-                    # explains it, and it is final (a reference that does not
-                    # import is REFERENCE_ERROR, not kbox's to retry).
+                if spec.run_again:
+                    # Failed again, holding the device from the start: no
+                    # other job explains it, and it is final (a reference
+                    # that does not import is REFERENCE_ERROR, not kbox's).
                     raise
                 failure = e.exc if isinstance(e, judging.ClientFailed) and e.exc is not None else e
                 self._set_up_again(failure)
