@@ -76,7 +76,10 @@ def expect_correct(result):
 
 
 def expect_rewardable(expected):
-    return lambda r: r.get("rewardable") is expected and (not expected or r.get("status") == "CORRECT")
+    # kbox's own failure is no verdict on the candidate: a reward hack that
+    # ends INFRA_ERROR was not caught (and is retried elsewhere).
+    return lambda r: (r.get("rewardable") is expected and r.get("status") != "INFRA_ERROR" and
+                      (not expected or r.get("status") == "CORRECT"))
 
 
 def expect_nvcc_error(result):

@@ -99,6 +99,13 @@ std::vector<std::string> StageRunner::PlacedEnvironment(const fs::path& home, co
   // whichever way glibc's adaptive threshold had drifted.
   env.push_back("MALLOC_MMAP_THRESHOLD_=33554432");
   env.push_back("MALLOC_TRIM_THRESHOLD_=1073741824");
+  // OpenBLAS (numpy's wheels bundle it; some hosts' libblas is it) starts
+  // its pool when it loads, one thread per core: the run stage's judge
+  // imports numpy with torch, and it must have no thread but its own when it
+  // forks the candidate's process and drops its capabilities (capabilities
+  // are per thread; docs/judge-boundary.md). The zygote sets the same for
+  // the same reason. torch's own intra-op pool (OpenMP) is untouched.
+  env.push_back("OPENBLAS_NUM_THREADS=1");
   return env;
 }
 

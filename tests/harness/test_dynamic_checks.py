@@ -210,7 +210,9 @@ def test_a_candidate_scribbling_on_the_exchange_arena_fails_its_trials_not_kbox(
     # freeze leaves it only the time before its reply.)
     report = _check(_run(tmp_path, "cand_dyn_arena_scribbler.py", measure_performance=False,
                          correctness_trials=48), "INCORRECT")
-    assert report["arena_outputs"] >= 1
+    # Outputs that could not be read came through the arena (a sealed memfd
+    # cannot be written once sent); when the scribbler beat every read, the
+    # report counts no output received through it.
     assert any("could not be read" in t.get("failure", "") for t in report["trials"]), report["trials"]
 
 

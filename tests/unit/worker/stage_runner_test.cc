@@ -231,7 +231,7 @@ TEST_F(StageRunnerTest, InheritsOnlyListedVariables) {
       "PATH", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "HOME", "TMPDIR",
       "TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "CUDA_CACHE_PATH", "TORCHINDUCTOR_CACHE_DIR",
       "XDG_CACHE_HOME", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "LANG", "MAX_JOBS",
-      "OMP_WAIT_POLICY", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "CUDA_VISIBLE_DEVICES",
+      "OMP_WAIT_POLICY", "OPENBLAS_NUM_THREADS", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "CUDA_VISIBLE_DEVICES",
       "TORCH_CUDA_ARCH_LIST"};
   for (const auto& kv : spec.env) {
     const std::string name = kv.substr(0, kv.find('='));
@@ -402,6 +402,9 @@ TEST_F(StageRunnerTest, TheJudgeAndTheCandidateGetEnvironmentsOfTheirOwn) {
   EXPECT_EQ(EnvValue(judge.env, "TORCHINDUCTOR_CACHE_DIR"), j + "/.inductor");
   EXPECT_EQ(EnvValue(judge.env, "XDG_CACHE_HOME"), j + "/.cache");
   EXPECT_EQ(judge.cwd, j);
+  // OpenBLAS's pool would start with numpy's import: the judge must be one
+  // thread when it forks the candidate's process (boundary.fork).
+  EXPECT_EQ(EnvValue(judge.env, "OPENBLAS_NUM_THREADS"), "1");
   const std::vector<std::string> candidate = runner.CandidateEnvironment(*ws_);
   EXPECT_EQ(EnvValue(candidate, "HOME"), ws_->home_dir().string());
   EXPECT_EQ(EnvValue(candidate, "TORCH_EXTENSIONS_DIR"), ws_->build_dir().string());

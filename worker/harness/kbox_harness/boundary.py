@@ -86,6 +86,21 @@ def _single_threaded():
     return len(os.listdir("/proc/self/task")) == 1
 
 
+def _threads_named():
+    """'N threads (name xK, ...)': which library's pool it is, for the report."""
+    names = {}
+    tasks = os.listdir("/proc/self/task")
+    for tid in tasks:
+        try:
+            with open("/proc/self/task/%s/comm" % tid) as f:
+                name = f.read().strip()
+        except OSError:
+            continue
+        names[name] = names.get(name, 0) + 1
+    return "%d threads (%s)" % (len(tasks), ", ".join(
+        "%s x%d" % (n, k) for n, k in sorted(names.items())))
+
+
 def fork(boundary):
     """os.fork(), with the child in a pid namespace of its own (as its init)
     when the boundary asks for one: unshare(CLONE_NEWPID) makes the judge's
@@ -97,8 +112,8 @@ def fork(boundary):
     if boundary is None or not boundary.own_pid_namespace:
         return os.fork()
     if not _single_threaded():
-        raise BoundaryError("the judge has %d threads when it forks the candidate's process"
-                            % len(os.listdir("/proc/self/task")))
+        raise BoundaryError("the judge has %s when it forks the candidate's process"
+                            % _threads_named())
     own = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
     try:
         _check(_libc.unshare(_CLONE_NEWPID), "unshare(CLONE_NEWPID)")
@@ -117,8 +132,7 @@ def settle_judge(boundary):
     if boundary is None or not boundary.uid:
         return
     if not _single_threaded():
-        raise BoundaryError("the judge has %d threads when it drops its capabilities"
-                            % len(os.listdir("/proc/self/task")))
+        raise BoundaryError("the judge has %s when it drops its capabilities" % _threads_named())
     set_capabilities([CAP_KILL])
     held = held_capabilities()
     if held.get("CapEff") != 1 << CAP_KILL or held.get("CapPrm") != 1 << CAP_KILL or held.get("CapAmb"):
