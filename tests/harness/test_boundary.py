@@ -32,12 +32,15 @@ class _Group(object):
     """A cgroup of this test's own, as kboxd would give the judge: its
     control files opened, the candidate's group's layout."""
 
-    def __init__(self):
+    def __init__(self, v2_root=None):
         name = "kbox-test-boundary-%d" % os.getpid()
         self.dirs = []
-        if os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
-            own = open("/proc/self/cgroup").read().split("0::", 1)[1].strip()
-            d = os.path.join("/sys/fs/cgroup" + own, name)
+        if v2_root or os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+            if v2_root:
+                d = os.path.join(v2_root, name)
+            else:
+                own = open("/proc/self/cgroup").read().split("0::", 1)[1].strip()
+                d = os.path.join("/sys/fs/cgroup" + own, name)
             os.mkdir(d)
             self.dirs = [d]
             self.version, self.procs = 2, [os.path.join(d, "cgroup.procs")]
@@ -77,14 +80,31 @@ class _Group(object):
                     time.sleep(0.02)
 
 
-@pytest.fixture
-def group():
+@pytest.fixture(params=["host", "cgroup2"])
+def group(request, tmp_path):
+    # "host": the host's own hierarchy (v1 here, v2 on the GPU machine);
+    # "cgroup2": a cgroup2 mount of the test's own, so that the v2 files
+    # (cgroup.freeze, cgroup.events' notification, cpu.stat) are exercised on
+    # a v1 host too (freezing, cpu.stat and cgroup.threads need no controller).
+    mounted = None
+    if request.param == "cgroup2":
+        if os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+            pytest.skip("the host's hierarchy is cgroup2 already")
+        mounted = str(tmp_path / "cgroup2")
+        os.mkdir(mounted)
+        if subprocess.run(["mount", "-t", "cgroup2", "none", mounted],
+                          stderr=subprocess.DEVNULL).returncode != 0:
+            pytest.skip("cannot mount cgroup2 here")
     try:
-        g = _Group()
+        g = _Group(mounted)
     except OSError as e:
+        if mounted:
+            subprocess.run(["umount", "-l", mounted])  # lazily: the spec's descriptors may be open
         pytest.skip("cannot make a cgroup here: %s" % e)
     yield g
     g.remove()
+    if mounted:
+        subprocess.run(["umount", "-l", mounted])  # lazily: the spec's descriptors may be open
 
 
 def _busy(cgroup, seconds):
