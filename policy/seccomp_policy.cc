@@ -137,28 +137,12 @@ std::string Trim(const std::string& s) {
   return s.substr(begin, s.find_last_not_of(" \t\r") - begin + 1);
 }
 
-// The one exception to "namespaces are the launcher's": the run stage's judge
-// puts the candidate's process in a pid namespace of its own by
-// unshare(CLONE_NEWPID), fork, then setns back to its own for its later
-// threads (docs/judge-boundary.md). Only CLONE_NEWPID, exactly: unshare with
-// arg0 == CLONE_NEWPID, setns with arg1 == CLONE_NEWPID. run_strict.policy
-// kills both once the split is done.
-constexpr uint64_t kCloneNewPid = 0x20000000;
-
-bool IsJudgePidNamespaceRule(const std::string& name, const SeccompRule& rule) {
-  const size_t arg = name == "unshare" ? 0 : name == "setns" ? 1 : 99;
-  if (arg == 99 || rule.conditions.size() != 1) return false;
-  const SeccompCondition& c = rule.conditions[0];
-  return c.arg == arg && !c.mask && c.value == kCloneNewPid;
-}
-
 // The never-allowed check; runs on the merged rules so include order is moot.
 std::optional<FieldError> CheckNeverAllowed(const std::string& name, const SeccompRule& rule) {
   if (name == "clone3" && rule.action == SeccompAction::kErrno && rule.errno_value != ENOSYS) {
     return FieldError{rule.origin, "clone3 may only fail with ENOSYS (glibc falls back on it)"};
   }
   if (rule.action != SeccompAction::kAllow) return std::nullopt;
-  if (IsJudgePidNamespaceRule(name, rule)) return std::nullopt;
   if (const char* why = NeverWhy(name)) {
     return FieldError{rule.origin, name + " may never be allowed: " + why};
   }

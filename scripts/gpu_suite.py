@@ -264,6 +264,14 @@ def run_fault_cases(server, honest, add_ref, wanted, report):
             report("after_%s/%s" % (name, pair), backend, after, expect_correct(after))
 
 
+def save_results(out, results):
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, "gpu-suite-results.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(results, f, indent=1, sort_keys=True)
+    os.replace(path + ".tmp", path)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shared", default=os.path.join(REPO, "..", "shared"))
@@ -296,6 +304,8 @@ def main():
         nonlocal failures
         failures += 0 if ok else 1
         results[name] = result
+        if args.out:  # after every case: a suite cut short still leaves what it saw
+            save_results(args.out, results)
         print("%s %-40s %-6s %s" % ("PASS" if ok else "FAIL", name, backend, describe(result)), flush=True)
         for v in result.get("verdicts", []):  # run-stage findings in full: the evidence of a verdict
             if v.get("phase") == "PHASE_RUN":
@@ -325,9 +335,7 @@ def main():
     total = len(results)
     print("gpu-suite: %d passed, %d failed in %.0f s" % (total - failures, failures, time.time() - started))
     if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "gpu-suite-results.json"), "w") as f:
-            json.dump(results, f, indent=1, sort_keys=True)
+        save_results(args.out, results)
     return 1 if failures else 0
 
 

@@ -384,7 +384,6 @@ StageOutcome StageRunner::Run(const JobWorkspace& ws, const v1::StageSpec& given
     if (sandbox_) {
       boundary->set_uid(kCandidateInsideId);
       boundary->set_gid(kCandidateInsideId);
-      boundary->set_own_pid_namespace(true);
     }
     for (const auto& kv : CandidateEnvironment(ws)) boundary->add_env(kv);
     boundary->set_cwd(ws.home_dir().string());
@@ -422,8 +421,11 @@ StageOutcome StageRunner::Run(const JobWorkspace& ws, const v1::StageSpec& given
   }
   const std::string name = SpecFileName(spec.stage());
   // Only kboxd writes the source directory (the sandbox binds it read-only),
-  // so the file a stage run again finds is the first run's.
-  if (placement.run_again) ::unlink((ws.src_dir() / name).c_str());
+  // so a file already there is an earlier run's of this stage: one run again
+  // after a failed set-up, or one queued again when its GPU left service
+  // before its turn. The new spec replaces it (unlinked, then created with
+  // O_EXCL: a link there is removed, never followed).
+  ::unlink((ws.src_dir() / name).c_str());
   if (auto error = ws.WriteFile(name, json)) {
     outcome.process.spawn_error = *error;
     return outcome;

@@ -120,13 +120,15 @@ def test_a_frozen_candidate_uses_no_cpu_and_its_threads_are_counted(group):
         assert child.stdout.readline() == b"ready\n"
         cgroup = boundary.CandidateCgroup(group.spec())
         assert cgroup.threads() >= 3  # the main thread and its two spinners
-        assert _busy(cgroup, 0.2) > 0.1  # spinning: well over half a core
+        # Spinning: a tenth of a core at least, even on a loaded 2-core CI
+        # host where the suites run side by side (it got 0.4 of one there).
+        assert _busy(cgroup, 0.5) > 0.05
         cgroup.freeze()
         assert cgroup.frozen and cgroup.freezes == 1
         # Native or Python, no thread of it runs while the judge works.
-        assert _busy(cgroup, 0.3) < 0.005
+        assert _busy(cgroup, 0.5) < 0.005
         cgroup.thaw()
-        assert _busy(cgroup, 0.2) > 0.1
+        assert _busy(cgroup, 0.5) > 0.05
         cgroup.close()
     finally:
         child.kill()

@@ -28,8 +28,8 @@ EXPECTED_STATUS = {
     "esc_ptrace_parent_cpu": {"SANDBOX_VIOLATION"},
     # corpus-new: what the candidate does to itself or to the judge is its
     # own fault, never kbox's (docs/judge-boundary.md). Its signal cannot
-    # reach the judge, which is outside its pid namespace and of another
-    # uid; its alarm storm then only starves its own process.
+    # reach the judge, which is of another uid (and hidden from its /proc);
+    # its alarm storm then only starves its own process.
     "esc_signal_judge_cpu": {"INCORRECT", "TIMEOUT", "RUNTIME_ERROR", "SANDBOX_VIOLATION"},
     # Lowering its own limits is killed by the strict filter.
     "esc_rlimit_self_kill_cpu": {"SANDBOX_VIOLATION"},

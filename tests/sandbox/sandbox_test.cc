@@ -188,9 +188,10 @@ TEST_F(SandboxTest, ChildrenDieWithTheSandbox) {
 }
 
 // The run stage's split (docs/judge-boundary.md): the program is the judge,
-// holding CAP_SETUID/CAP_SETGID/CAP_KILL; the child it forks first is its own
-// pid namespace's init, takes the candidate's id, and reaches nothing of the
-// judge's: no pid, no signal, no /proc entry.
+// holding CAP_SETUID/CAP_SETGID/CAP_KILL; the child it forks takes the
+// candidate's id and reaches nothing of the judge's (no signal, no /proc
+// entry: the procfs hides other uids), yet names its own thread through
+// /proc/<pid>/task/<tid>/comm as libcuda must at cuInit.
 TEST_F(SandboxTest, TheCandidatesProcessCannotReachTheJudge) {
   auto spec = Spec({KBOX_SANDBOXEE_BIN, "split", "1000"});
   spec.set_inside_id(1001);

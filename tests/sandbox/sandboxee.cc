@@ -17,12 +17,14 @@
 //   exec PATH        execve PATH (e.g. a compiler hidden from run stages)
 //   whoami           print "pid P uid U fds F..." (honest; exits 0)
 //   split UID        as the run stage's judge does (docs/judge-boundary.md):
-//                    fork a child into a pid namespace of its own, that takes
-//                    UID and drops every capability, keep CAP_KILL and start a
-//                    thread; the child then tries to reach this process
-//                    (signal it, read its /proc entries, find it as a pid).
-//                    Exits 0 when the child got nowhere, kGotThrough when it
-//                    got through, and another code when a step failed
+//                    fork a child that takes UID and drops every capability,
+//                    keep CAP_KILL and start a thread; the child then tries
+//                    to reach this process (signal it, read its /proc
+//                    entries, find it in /proc) and names its own thread
+//                    through /proc/<getpid()>/task/<gettid()>/comm as libcuda
+//                    does at cuInit. Exits 0 when the child got nowhere and
+//                    could name its thread, kGotThrough when it got through,
+//                    and another code when a step failed
 //
 // kbox-sandboxee-enter is the same program for the return mode
 // (libkbox_sandbox_enter.so): `kbox-sandboxee-enter SPEC WHAT...` enters the
@@ -159,43 +161,61 @@ bool SetCaps(uint64_t caps) {
 }
 
 int Split(unsigned uid) {
-  const uint64_t judge_caps = (1ull << CAP_SETUID) | (1ull << CAP_SETGID) | (1ull << CAP_KILL) |
-                              (1ull << CAP_SYS_ADMIN);
+  const uint64_t judge_caps = (1ull << CAP_SETUID) | (1ull << CAP_SETGID) | (1ull << CAP_KILL);
   if (Caps().first != judge_caps) {
     std::fprintf(stderr, "split: the judge started with capabilities %llx\n",
                  static_cast<unsigned long long>(Caps().first));
     return 3;
   }
   const pid_t judge = ::getpid();
-  // The child into a pid namespace of its own, the judge back into its own
-  // (else it could start no thread: the kernel refuses CLONE_THREAD while
-  // a process's children go to another pid namespace).
-  const int own = ::open("/proc/self/ns/pid", O_RDONLY | O_CLOEXEC);
-  if (own < 0 || ::unshare(CLONE_NEWPID) != 0) return Refused("unshare(CLONE_NEWPID)");
   const pid_t child = ::fork();
   if (child < 0) return Refused("fork");
-  if (child > 0 && ::setns(own, CLONE_NEWPID) != 0) return Refused("setns");
   if (child == 0) {
     if (::setresgid(uid, uid, uid) != 0 || ::setresuid(uid, uid, uid) != 0 || !SetCaps(0)) _exit(4);
     if (Caps().second != 0 || ::getuid() != uid) _exit(5);
-    if (::getpid() != 1 || ::getppid() != 0) {
-      std::fprintf(stderr, "split: the candidate is pid %d, parent %d\n", ::getpid(), ::getppid());
+    // libcuda names its threads at cuInit by writing
+    // /proc/<getpid()>/task/<gettid()>/comm; CUDA fails to start (error 304)
+    // where that path is not this thread's.
+    char comm[96];
+    std::snprintf(comm, sizeof comm, "/proc/%d/task/%d/comm", static_cast<int>(::getpid()),
+                  static_cast<int>(::gettid()));
+    const int comm_fd = ::open(comm, O_WRONLY);
+    if (comm_fd < 0 || ::write(comm_fd, "kbox-named", 10) != 10) {
+      std::fprintf(stderr, "split: the candidate cannot name its thread through %s\n", comm);
       _exit(6);
     }
-    // Whatever number the judge has outside, it has none here; and no
-    // signal may reach a process of the judge's uid.
+    ::close(comm_fd);
+    // No signal reaches a process of the judge's uid or the sandbox's init.
     int reached = 0;
-    for (pid_t p : {judge, pid_t{2}, pid_t{3}}) reached += ::kill(p, SIGTERM) == 0;
-    reached += ::kill(-1, SIGTERM) == 0;
+    const auto got = [&](bool through, const char* what) {
+      if (through) std::fprintf(stderr, "split: the candidate got through: %s\n", what);
+      reached += through;
+    };
+    got(::kill(judge, SIGTERM) == 0, "kill(judge)");
+    got(::kill(1, SIGTERM) == 0, "kill(1)");
+    // kill(-1) returns 0 even when every process it found refused
+    // (EPERM): the judge alive to report below is what shows it got nowhere.
+    ::kill(-1, SIGTERM);
     char path[64];
     std::snprintf(path, sizeof path, "/proc/%d/environ", static_cast<int>(judge));
     const int fd = ::open(path, O_RDONLY);
     char byte;
-    reached += fd >= 0 && ::read(fd, &byte, 1) >= 0;
+    got(fd >= 0 && ::read(fd, &byte, 1) >= 0, "/proc/<judge>/environ");
+    // Its /proc lists no process but its own.
+    const std::string self = std::to_string(::getpid());
+    if (DIR* dir = ::opendir("/proc")) {
+      while (dirent* e = ::readdir(dir)) {
+        if (e->d_name[0] >= '0' && e->d_name[0] <= '9' && self != e->d_name) {
+          std::fprintf(stderr, "split: the candidate sees /proc/%s\n", e->d_name);
+          got(true, "another process in /proc");
+        }
+      }
+      ::closedir(dir);
+    }
     _exit(reached == 0 ? 0 : kGotThrough);
   }
   if (!SetCaps(1ull << CAP_KILL) || Caps().first != (1ull << CAP_KILL)) return 7;
-  // Back in its own namespace: a thread starts.
+  // A thread starts (the judge's pools do).
   pthread_t thread;
   if (::pthread_create(&thread, nullptr, [](void*) -> void* { return nullptr; }, nullptr) != 0) return 10;
   ::pthread_join(thread, nullptr);

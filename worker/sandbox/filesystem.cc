@@ -240,8 +240,16 @@ StepError BuildRootFilesystem(const v1::SandboxSpec& spec, const HostSources& so
   const fs::path proc = root / "proc";
   std::error_code ec;
   fs::create_directories(proc, ec);
-  // A fresh procfs of the new pid namespace: only the sandbox's processes.
-  if (::mount("proc", proc.c_str(), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) {
+  // A fresh procfs of the new pid namespace: only the sandbox's processes,
+  // and of those only the ones a process may ptrace-read (hidepid=invisible,
+  // per mount since Linux 5.8): a run stage's candidate process, of another
+  // uid than its judge, finds no /proc/<pid> of the judge's or of init's.
+  // The candidate shares the judge's pid namespace (not one of its own)
+  // because libcuda names its threads through /proc/<getpid()>/task/<tid>/comm
+  // at cuInit: in a nested namespace without a procfs of its own those pids
+  // name other processes and CUDA fails to start (error 304).
+  if (::mount("proc", proc.c_str(), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+              "hidepid=invisible") != 0) {
     return Errno("mount /proc");
   }
 

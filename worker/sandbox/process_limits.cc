@@ -36,7 +36,7 @@ StepError ApplyRlimits(const v1::SandboxRlimits& l) {
 
 namespace {
 
-constexpr int kJudgeCaps[] = {CAP_SETUID, CAP_SETGID, CAP_KILL, CAP_SYS_ADMIN};
+constexpr int kJudgeCaps[] = {CAP_SETUID, CAP_SETGID, CAP_KILL};
 
 bool IsJudgeCap(int cap) {
   for (int kept : kJudgeCaps) {

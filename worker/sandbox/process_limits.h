@@ -18,15 +18,15 @@ StepError ApplyRlimits(const v1::SandboxRlimits& limits);
 StepError BecomeSandboxUser(unsigned inside_id);
 
 // The run stage's judge (docs/judge-boundary.md): as BecomeSandboxUser, but
-// CAP_SETUID, CAP_SETGID, CAP_KILL and CAP_SYS_ADMIN stay in the bounding,
-// permitted, inheritable and ambient sets, so that they survive the exec of
-// the harness (no file capabilities are involved, so the exec is not a secure
+// CAP_SETUID, CAP_SETGID and CAP_KILL stay in the bounding, permitted,
+// inheritable and ambient sets, so that they survive the exec of the
+// harness (no file capabilities are involved, so the exec is not a secure
 // one). They are capabilities in the sandbox's own user namespace only, where
-// the judge's and the candidate's are the only ids. Before any client code
-// runs, the judge forks the candidate's process into a pid namespace of its
-// own (unshare(CLONE_NEWPID), fork, setns back: CAP_SYS_ADMIN) and gives it
-// its id (CAP_SETUID, CAP_SETGID); then it keeps CAP_KILL alone (to stop a
-// candidate of another id).
+// the judge's and the candidate's are the only ids. The judge gives the
+// candidate's process its id with them right after forking it, and then
+// keeps CAP_KILL alone (to stop a candidate of another id). The two share the
+// stage's pid namespace; its procfs hides each from the other
+// (hidepid=invisible, filesystem.cc), and a uid apart no signal crosses.
 StepError BecomeJudgeUser(unsigned inside_id);
 
 StepError SetNoNewPrivs();

@@ -2,8 +2,8 @@
 compiled code (no Python audit hook sees it), to reach the judge (the process
 holding the reference's outputs and the trial seed) through /proc: the
 memory, descriptors and environment of its parent and of every other process
-its /proc lists. Each open must fail (the judge has no pid in the candidate's
-namespace, is another uid and is not dumpable); it prints what it got."""
+its /proc lists. Each open must fail (the judge is another uid, which the
+stage's procfs hides, and is not dumpable); it prints what it got."""
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline

@@ -349,17 +349,24 @@ TEST_F(StageRunnerTest, SeedReachesOnlyTheRunStagesSecretFile) {
             fs::perms::owner_read | fs::perms::owner_write);
 }
 
-TEST_F(StageRunnerTest, RunRefusesToReuseSpecFile) {
+TEST_F(StageRunnerTest, AStageQueuedAgainReplacesItsEarlierSpecFile) {
+  // A run stage whose GPU left service before its turn is queued again and
+  // runs in the same workspace, without run_again (evaluator.cc): the spec
+  // file its first run left must not make the second a spawn failure.
   HarnessSettings settings = TestSettings(tmp_.path());
-  settings.python = "/bin/true";
+  settings.python = WriteFakeInterpreter(tmp_.path(),
+                                         "/bin/cp \"$5\" \"$HOME/seen_spec.json\"\n"
+                                         "printf '{\"report\":{\"outcome\":\"OK\"}}\\n' >&3\n")
+                        .string();
   const StageRunner runner(settings, std::nullopt);
   v1::StageSpec spec;
   spec.set_stage(v1::STAGE_RUN);
-  ASSERT_FALSE(ws_->WriteFile("run_spec.json", "{}").has_value());
-  const StageOutcome outcome = runner.Run(*ws_, spec, StagePlacement{});
-  EXPECT_EQ(outcome.process.end, ProcessOutcome::End::kSpawnFailed);
-  EXPECT_NE(outcome.process.spawn_error.find("run_spec.json"), std::string::npos)
-      << outcome.process.spawn_error;
+  ASSERT_FALSE(ws_->WriteFile("run_spec.json", "{\"stale\": true}").has_value());
+  StagePlacement placement;
+  placement.wall_limit = 30s;
+  const StageOutcome outcome = runner.Run(*ws_, spec, placement);
+  ASSERT_TRUE(outcome.report.has_value()) << outcome.process.spawn_error << outcome.process.output_tail;
+  EXPECT_EQ(ReadAll(ws_->src_dir() / "run_spec.json").find("stale"), std::string::npos);
 }
 
 TEST_F(StageRunnerTest, RunAgainReplacesTheFirstRunsSpecFile) {
@@ -403,7 +410,7 @@ TEST_F(StageRunnerTest, TheJudgeAndTheCandidateGetEnvironmentsOfTheirOwn) {
   EXPECT_EQ(EnvValue(judge.env, "XDG_CACHE_HOME"), j + "/.cache");
   EXPECT_EQ(judge.cwd, j);
   // OpenBLAS's pool would start with numpy's import: the judge must be one
-  // thread when it forks the candidate's process (boundary.fork).
+  // thread when it drops its capabilities (boundary.settle_judge).
   EXPECT_EQ(EnvValue(judge.env, "OPENBLAS_NUM_THREADS"), "1");
   const std::vector<std::string> candidate = runner.CandidateEnvironment(*ws_);
   EXPECT_EQ(EnvValue(candidate, "HOME"), ws_->home_dir().string());

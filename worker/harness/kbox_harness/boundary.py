@@ -10,14 +10,17 @@ anything else:
 - takes the candidate's uid and gid (the judge's are another pair: the
   candidate's process can neither signal the judge nor open its files) and
   drops every capability;
-- is the init of a pid namespace of its own (fork below), where the judge
-  has no pid;
+- shares the stage's pid namespace, whose procfs (hidepid=invisible) lists
+  no process of another uid: the judge has no /proc entry it can see, and
+  a uid apart no signal of its reaches the judge (not one of its own: libcuda
+  names its threads through /proc/<getpid()>/task/<tid>/comm, which a nested
+  namespace without a procfs of its own gets wrong, and CUDA fails to start);
 - starts its own session, dies with the judge, and takes the candidate's
   environment and working directory (its HOME, TMPDIR and caches; none of
   the judge's).
 
-The judge drops CAP_SETUID, CAP_SETGID and CAP_SYS_ADMIN as soon as the fork
-returns and keeps CAP_KILL only, to stop a process of another uid.
+The judge drops CAP_SETUID and CAP_SETGID as soon as the fork returns and
+keeps CAP_KILL only, to stop a process of another uid.
 
 Every step is checked; one that fails ends the child before it serves a
 command (the judge then reports kbox's failure), never a candidate judged
@@ -33,8 +36,6 @@ _CAP_VERSION_3 = 0x20080522
 CAP_KILL = 5
 CAP_SETGID = 6
 CAP_SETUID = 7
-CAP_SYS_ADMIN = 21
-_CLONE_NEWPID = 0x20000000
 _PR_SET_PDEATHSIG = 1
 _PR_CAP_AMBIENT = 47
 _PR_CAP_AMBIENT_CLEAR_ALL = 4
@@ -101,34 +102,10 @@ def _threads_named():
         "%s x%d" % (n, k) for n, k in sorted(names.items())))
 
 
-def fork(boundary):
-    """os.fork(), with the child in a pid namespace of its own (as its init)
-    when the boundary asks for one: unshare(CLONE_NEWPID) makes the judge's
-    next child the first process of a new namespace, and setns back to its
-    own right after the fork lets the judge start threads again (the kernel
-    refuses a thread whose process's children go to another namespace).
-    Both need CAP_SYS_ADMIN in the sandbox's user namespace, which the judge
-    holds until settle_judge; run.policy allows them with CLONE_NEWPID alone."""
-    if boundary is None or not boundary.own_pid_namespace:
-        return os.fork()
-    if not _single_threaded():
-        raise BoundaryError("the judge has %s when it forks the candidate's process"
-                            % _threads_named())
-    own = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        _check(_libc.unshare(_CLONE_NEWPID), "unshare(CLONE_NEWPID)")
-        pid = os.fork()
-        if pid != 0:
-            _check(_libc.setns(own, _CLONE_NEWPID), "setns back to the judge's pid namespace")
-        return pid
-    finally:
-        os.close(own)
-
-
 def settle_judge(boundary):
     """In the judge, right after the fork: CAP_KILL alone (capabilities are
-    per thread, so the judge must have no other thread yet). CAP_SETUID,
-    CAP_SETGID and CAP_SYS_ADMIN go: the split is done."""
+    per thread, so the judge must have no other thread yet). CAP_SETUID and
+    CAP_SETGID go: the split is done."""
     if boundary is None or not boundary.uid:
         return
     if not _single_threaded():
@@ -173,8 +150,6 @@ def enter_candidate(boundary, close_fds):
             raise BoundaryError("the candidate's process still holds capabilities %r" % held)
         if os.getresuid() != (boundary.uid,) * 3 or os.getresgid() != (boundary.gid,) * 3:
             raise BoundaryError("the candidate's process did not take the candidate's ids")
-    if boundary.own_pid_namespace and os.getpid() != 1:
-        raise BoundaryError("the candidate's process is pid %d, not its namespace's init" % os.getpid())
     # After the uid change, which clears it: it dies with the judge.
     _check(_libc.prctl(_PR_SET_PDEATHSIG, 9, 0, 0, 0), "PR_SET_PDEATHSIG")
     # A session and process group of its own: kill(0, ...) reaches nothing

@@ -5,7 +5,7 @@ reference or kboxd's seed is read, so nothing in this address space ever held
 the reference's model, its outputs, the comparison or the trial seeds: a
 candidate's native code can read all of this process's memory and finds none
 of them. Right after the fork it takes its boundary (boundary.py: its own
-cgroup, uid, pid namespace and environment), closes the result pipe (only the
+cgroup, uid and environment), closes the result pipe (only the
 judge reports to kboxd), installs the strict seccomp filter and the audit
 hook, imports the candidate, and then serves the judge's commands one at a
 time (docs/judge-boundary.md):
@@ -500,7 +500,7 @@ class CandidateProcess(object):
         judge_sock, candidate_sock = crossing.socketpair()
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
-        pid = boundary.fork(spec_boundary)
+        pid = os.fork()
         if pid == 0:
             # Only this thread survives fork; nothing else of the judge runs here.
             # The arena's mapping is inherited; its descriptor is not needed.

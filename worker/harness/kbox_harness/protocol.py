@@ -135,7 +135,6 @@ class CandidateBoundary(object):
     def __init__(self, d):
         self.uid = _int(d.get("uid"))
         self.gid = _int(d.get("gid"))
-        self.own_pid_namespace = bool(d.get("own_pid_namespace", False))
         env = d.get("env") or []
         self.env = [str(kv) for kv in env] if isinstance(env, list) else []
         self.cwd = str(d.get("cwd") or "")
