@@ -109,6 +109,13 @@ std::vector<std::string> StageRunner::PlacedEnvironment(const fs::path& home, co
   return env;
 }
 
+std::vector<std::string> StageRunner::GpuEnvironment(std::optional<uint32_t> gpu) const {
+  // An empty list hides every GPU: compile stages never hold one.
+  if (!gpu) return {"CUDA_VISIBLE_DEVICES="};
+  return {"CUDA_VISIBLE_DEVICES=" + (sandbox_ ? std::string("0") : std::to_string(*gpu)),
+          "KBOX_GPU_INDEX=" + std::to_string(*gpu)};
+}
+
 std::vector<std::string> StageRunner::CandidateEnvironment(const JobWorkspace& ws) const {
   // Inside the sandbox /tmp is private to the stage; outside, the job's own.
   return PlacedEnvironment(ws.home_dir(), sandbox_ ? std::string("/tmp") : ws.tmp_dir().string(),
@@ -132,9 +139,7 @@ ProcessSpec StageRunner::BuildProcessSpec(const JobWorkspace& ws, const std::str
     p.env = PlacedEnvironment(judge, judge.string(), judge / "torch_extensions", judge / "triton");
     p.cwd = judge.string();
   }
-  // An empty list hides every GPU: compile stages never hold one.
-  p.env.push_back("CUDA_VISIBLE_DEVICES=" +
-                  (placement.gpu ? std::to_string(*placement.gpu) : std::string()));
+  for (auto& kv : GpuEnvironment(placement.gpu)) p.env.push_back(std::move(kv));
   if (!placement.cuda_arch.empty()) {
     p.env.push_back("TORCH_CUDA_ARCH_LIST=" + placement.cuda_arch);
   }
@@ -386,6 +391,8 @@ StageOutcome StageRunner::Run(const JobWorkspace& ws, const v1::StageSpec& given
       boundary->set_gid(kCandidateInsideId);
     }
     for (const auto& kv : CandidateEnvironment(ws)) boundary->add_env(kv);
+    // The candidate's process replaces its environment: the same GPU as the judge's.
+    for (const auto& kv : GpuEnvironment(placement.gpu)) boundary->add_env(kv);
     boundary->set_cwd(ws.home_dir().string());
   }
   std::string cgroup_error;

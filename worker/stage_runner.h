@@ -146,6 +146,14 @@ class StageRunner {
                                    const std::vector<std::string>& cgroup_procs,
                                    const CandidateCgroupFiles* candidate_cgroup = nullptr) const;
 
+  // The GPU a stage placed on `gpu` sees, as CUDA_VISIBLE_DEVICES=...:
+  // empty without one (every GPU hidden); "0" in the sandbox, whose /dev
+  // holds that GPU's node alone, and CUDA numbers the GPUs it can open from
+  // 0 (its own index there hid gpu1 and up: "No CUDA GPUs are available");
+  // the index itself outside the sandbox, where every node is there.
+  // KBOX_GPU_INDEX carries the host's index for the result's fingerprint.
+  std::vector<std::string> GpuEnvironment(std::optional<uint32_t> gpu) const;
+
   // The environment of a run stage's candidate process: the stage's own
   // (HOME, TMPDIR and caches in the job's candidate-owned directories),
   // none of the judge's (exposed for tests).

@@ -204,8 +204,40 @@ TEST_F(StageRunnerTest, GpuPlacementShowsOnlyThatDevice) {
   placement.gpu = 3;
   placement.cuda_arch = "9.0";
   const ProcessSpec spec = runner.BuildProcessSpec(*ws_, "/x/spec.json", placement);
-  EXPECT_EQ(EnvValue(spec.env, "CUDA_VISIBLE_DEVICES"), "3");
+  EXPECT_EQ(EnvValue(spec.env, "CUDA_VISIBLE_DEVICES"), "3");  // No sandbox: every node is there.
+  EXPECT_EQ(EnvValue(spec.env, "KBOX_GPU_INDEX"), "3");
   EXPECT_EQ(EnvValue(spec.env, "TORCH_CUDA_ARCH_LIST"), "9.0");
+}
+
+TEST_F(StageRunnerTest, InTheSandboxTheDeviceNodesAndCudaAgreeOnAGpuOtherThanZero) {
+  // The sandbox's /dev holds the placed GPU's node alone, and CUDA numbers
+  // the GPUs it can open from 0: CUDA_VISIBLE_DEVICES=3 there named no GPU
+  // ("No CUDA GPUs are available" on every gpu1 job of a two-GPU host).
+  SandboxSettings sandbox;
+  sandbox.uid = 65534;
+  sandbox.gid = 65534;
+  sandbox.judge_uid = 65533;
+  sandbox.judge_gid = 65533;
+  sandbox.policy_dir = "/p";
+  const StageRunner runner(TestSettings("/h"), sandbox);
+  StagePlacement placement;
+  placement.gpu = 3;
+  placement.judge_dir = ws_->root() / "judge-1";
+  const ProcessSpec harness = runner.BuildProcessSpec(*ws_, "/x/run_spec.json", placement);
+  const v1::SandboxSpec run = runner.BuildSandboxSpec(*ws_, v1::STAGE_RUN, harness, placement, {});
+  std::vector<std::string> gpus;
+  for (const auto& dev : run.devices()) {
+    if (dev.rfind("/dev/nvidia", 0) == 0 && dev != "/dev/nvidiactl" && dev != "/dev/nvidia-uvm") {
+      gpus.push_back(dev);
+    }
+  }
+  EXPECT_EQ(gpus, std::vector<std::string>{"/dev/nvidia3"});
+  EXPECT_EQ(EnvValue(harness.env, "CUDA_VISIBLE_DEVICES"), "0");
+  EXPECT_EQ(EnvValue(harness.env, "KBOX_GPU_INDEX"), "3");
+  // The candidate's process, which replaces its environment, sees the same GPU.
+  EXPECT_EQ(runner.GpuEnvironment(placement.gpu),
+            (std::vector<std::string>{"CUDA_VISIBLE_DEVICES=0", "KBOX_GPU_INDEX=3"}));
+  EXPECT_EQ(runner.GpuEnvironment(std::nullopt), std::vector<std::string>{"CUDA_VISIBLE_DEVICES="});
 }
 
 TEST_F(StageRunnerTest, InheritsOnlyListedVariables) {

@@ -47,9 +47,14 @@ def software():
 
 
 def device_index_from_env():
-    """Physical index of the job's GPU (CUDA_VISIBLE_DEVICES holds one number)."""
-    value = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
-    return int(value) if value.isdigit() else 0
+    """The host's index of the job's GPU: KBOX_GPU_INDEX (kboxd's; in the
+    sandbox CUDA_VISIBLE_DEVICES is 0 whichever GPU it is), else the first
+    number of CUDA_VISIBLE_DEVICES."""
+    for name in ("KBOX_GPU_INDEX", "CUDA_VISIBLE_DEVICES"):
+        value = os.environ.get(name, "").split(",")[0].strip()
+        if value.isdigit():
+            return int(value)
+    return 0
 
 
 def device(dev):
