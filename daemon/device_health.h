@@ -1,17 +1,16 @@
 #pragma once
 
-// Which GPUs kboxd trusts with jobs. A GPU whose run stage ended in a failure
-// of kbox's own harness that a broken device explains (it crashed, hung, or
-// raised outside candidate code: FailureCause::device_suspect) is
-// quarantined: its slot leaves the GPU pool (jobs wait for the other GPUs),
-// /readyz and kbox_device_healthy say so, and a background thread runs the
-// device probe on it every probe interval, once no job holds it, until a
-// probe passes; then it serves again.
-//
-// A GPU job that ended in a fault of its own (runtime error, timeout, a
-// killed process) is followed by a probe before the GPU takes the next job
-// (CheckNow): a candidate's fresh CUDA context dies with its process, but a
-// hung or faulting kernel can leave the device itself unusable.
+// Which GPUs kboxd trusts with jobs. Only kbox's own device probe takes a
+// GPU out of service. A GPU job that ended in a failure a broken device
+// could explain (kbox's harness crashed, hung, or raised outside candidate
+// code: FailureCause::device_suspect) or in a fault of its own (runtime
+// error, timeout, a killed process) is followed by a probe before the GPU
+// takes the next job (CheckNow): a candidate's fresh CUDA context dies with
+// its process, but a hung or faulting kernel can leave the device unusable.
+// A GPU whose probe fails is quarantined: its slot leaves the GPU pool (jobs
+// wait for the other GPUs), /readyz and kbox_device_healthy say so, and a
+// background thread runs the probe on it every probe interval, once no job
+// holds it, until a probe passes; then it serves again.
 //
 // kboxd does not read ECC or XID errors, nor probe idle healthy GPUs on a
 // schedule. The CPU is never quarantined.
@@ -46,9 +45,6 @@ class DeviceHealth {
   DeviceHealth(const DeviceHealth&) = delete;
   DeviceHealth& operator=(const DeviceHealth&) = delete;
 
-  // Takes `gpu` out of service until a probe passes; a no-op when it is
-  // already quarantined.
-  void Quarantine(uint32_t gpu, const std::string& why);
   bool Healthy(uint32_t gpu) const;
 
   // Probes `gpu` now, on the caller's thread, and quarantines it when the
@@ -59,6 +55,10 @@ class DeviceHealth {
   std::optional<std::string> CheckNow(uint32_t gpu, const std::string& why);
 
  private:
+  // Takes `gpu` out of service until a probe passes; a no-op when it is
+  // already quarantined. Private: only a failed probe (CheckNow) gets here,
+  // never a job's failure alone.
+  void Quarantine(uint32_t gpu, const std::string& why);
   void ProbeLoop();
 
   SlotPool& pool_;
@@ -76,8 +76,8 @@ class DeviceHealth {
 // so that the GPU is probed before its next job: a fault of the candidate's
 // own while running (a CUDA error, a crash, memory exhausted), a kernel that
 // never ended (TIMEOUT kills the processes mid-kernel), a killed sandbox
-// violation, or a failure of the reference or of kbox not already blamed on
-// the device. A job that ended with a clean report (CORRECT, INCORRECT,
+// violation, or a failure of the reference or of kbox (INFRA_ERROR, one a
+// broken device could explain included). A job that ended with a clean report (CORRECT, INCORRECT,
 // REJECTED) left a working CUDA context behind; a compile error never ran.
 bool MayHaveBrokenTheDevice(v1::Status status);
 

@@ -394,7 +394,8 @@ v1::EvaluateResult Evaluator::Evaluate(const v1::EvaluateRequest& request,
       result.set_message(std::string("kboxd internal error: ") + e.what());
       trace.cause.infra = InfraCause::kInternal;
     }
-    // A GPU the failure put in quarantine would make the retry wait for it.
+    // A failure the device may explain is final: its GPU's probe has run
+    // (evaluator's run stage), and the same job would meet the same device.
     const bool gpu_suspect = trace.cause.device_suspect && settings.backend() != v1::BACKEND_CPU;
     // A job held back by a drain is not retried: it runs after the restart.
     if (not_started || result.status() != v1::INFRA_ERROR || !RetryableInfraCause(trace.cause.infra) ||
@@ -808,15 +809,18 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
                          " s for its turn on " + device_name + "; retry it");
       trace.cause.infra = InfraCause::kHarnessTimeout;
     }
-    if (gpu_backend && trace.cause.device_suspect) {
-      device_health_.Quarantine(slot, "job " + result.job_id() + ": " + result.message());
-    } else if (gpu_backend && MayHaveBrokenTheDevice(result.status())) {
+    // A failure the device could explain (device_suspect) is an INFRA_ERROR, probed as every fault is.
+    if (gpu_backend && MayHaveBrokenTheDevice(result.status())) {
       // Still holding the turn: the next job on this GPU starts only after
       // the probe passed (or finds the GPU quarantined and queues again).
-      const bool passed = !device_health_
-                               .CheckNow(slot, "after job " + result.job_id() + " (" +
-                                                   v1::Status_Name(result.status()) + ")")
-                               .has_value();
+      // Only kbox's own probe takes a GPU out of service, never a job's
+      // failure alone, which a candidate may have brought about: the jobs
+      // queued and set up for it keep their places.
+      const std::string why = trace.cause.device_suspect
+                                  ? "job " + result.job_id() + ": " + result.message()
+                                  : "after job " + result.job_id() + " (" +
+                                        v1::Status_Name(result.status()) + ")";
+      const bool passed = !device_health_.CheckNow(slot, why).has_value();
       metrics_.RecordDeviceProbe(slot, passed);
     }
     break;

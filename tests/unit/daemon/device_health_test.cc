@@ -43,8 +43,9 @@ TEST(DeviceHealthTest, QuarantinedGpuLeavesThePoolUntilItsProbePasses) {
         ++(healthy ? recoveries : quarantines);
       });
   EXPECT_TRUE(health.Healthy(1));
-  health.Quarantine(1, "harness crashed");
-  health.Quarantine(1, "again");  // Already quarantined: no second event.
+  // Only a failed probe quarantines (there is no other way in).
+  ASSERT_TRUE(health.CheckNow(1, "harness crashed").has_value());
+  ASSERT_TRUE(health.CheckNow(1, "again").has_value());  // Already quarantined: no second event.
   EXPECT_FALSE(health.Healthy(1));
   EXPECT_TRUE(health.Healthy(0));
   EXPECT_EQ(quarantines.load(), 1);
@@ -72,10 +73,18 @@ TEST(DeviceHealthTest, QuarantinedGpuLeavesThePoolUntilItsProbePasses) {
 TEST(DeviceHealthTest, NoProbeWhileAJobHoldsTheGpu) {
   SlotPool pool({0});
   std::atomic<int> probes{0};
-  DeviceHealth health(pool, [&](uint32_t) -> std::optional<std::string> { ++probes; return std::nullopt; },
+  std::atomic<bool> device_works{false};
+  DeviceHealth health(pool,
+                      [&](uint32_t) -> std::optional<std::string> {
+                        ++probes;
+                        if (device_works) return std::nullopt;
+                        return "CUDA error: device busy";
+                      },
                       5ms);
   auto lease = std::make_optional(pool.Acquire());
-  health.Quarantine(0, "run stage hung");
+  ASSERT_TRUE(health.CheckNow(0, "run stage hung").has_value());  // The job still holds it.
+  probes = 0;
+  device_works = true;
   // Many intervals pass with the job still holding the GPU: no probe.
   const auto until = std::chrono::steady_clock::now() + 100ms;
   while (std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(5ms);
