@@ -213,6 +213,8 @@ def job_table():
         anticheat_profile="off")
     add("reference_error", it.read(it.case_path("ref_raises_in_get_inputs.py")),
         cand("cand_identity_python.py"), measure_performance=False, anticheat_profile="off")
+    add("plants_kbox_names", ref, cand("cand_plants_kbox_names.py"), measure_performance=False,
+        anticheat_profile="off", seed=HONEST_SEED)
     # Static anti-cheat checks (tests/integration/test_static_check.py).
     matmul_ref = it.read(it.case_path("ref_matmul_relu.py"))
     add("static_rejected", matmul_ref, cand("cand_matmul_operator.py"),

@@ -178,3 +178,15 @@ def test_candidate_cannot_reach_the_judge_through_proc(jobs):
     # It did look, and found no other process: not the judge, not init.
     looked = [line for line in tail.splitlines() if line.startswith("OTHER_PROBE looked at")]
     assert looked and int(looked[-1].split()[3]) == 0, tail[-3000:]
+
+
+def test_names_planted_by_the_job_do_not_break_kbox(jobs):
+    # Files, directories and links under every name kboxd makes for a job,
+    # planted in every place a stage can write, at import in both stages:
+    # kboxd makes its own where no stage writes, so the job is an honest one.
+    r = jobs.result("plants_kbox_names")
+    assert r["status"] == "CORRECT", describe(r)
+    # It did plant (the run stage's import prints how many names it made).
+    counts = [int(line.split()[1]) for line in r.get("output_tail", "").splitlines()
+              if line.startswith("PLANTED ")]
+    assert counts and max(counts) > 0, r.get("output_tail", "")[-2000:]
