@@ -353,6 +353,9 @@ void ApplyRunStage(const StageOutcome& s, EvaluateResult& r, FailureCause* cause
       // The harness's own code raised: on a GPU, typically CUDA refusing to
       // initialise or a sticky device error outside candidate code.
       Set(r, v1::INFRA_ERROR, "harness failed in the run stage: " + rep.message());
+      // Its type, message and traceback (sanitised by the harness; kbox's
+      // own frames left out): the failing call is named in the message.
+      *r.mutable_runtime_error() = rep.error();
       c.infra = InfraCause::kHarnessFailed;
       c.device_suspect = true;
       break;

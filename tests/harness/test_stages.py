@@ -396,3 +396,32 @@ def test_run_stage_never_builds(tmp_path):
     assert report["message"] == "extension kbox_test_relu_scale was not built in the compile stage"
     assert report["compile_log"]["text"] == report["message"]
     assert not os.listdir(os.path.join(job.root, "build"))
+
+
+def test_a_harness_failure_names_its_process_and_call(tmp_path):
+    # kbox's own failure says where it happened: the judge's call, or the
+    # candidate process's command (issue: an INFRA_ERROR that named neither).
+    bad = tmp_path / "bad.bpf"
+    bad.write_bytes(b"\0" * 12)
+    report = _check(Job(tmp_path, "cand_wrong.py").run("STAGE_RUN", strict_seccomp_bpf=str(bad)),
+                    "HARNESS_FAILED")
+    message = report["message"]
+    assert ("(judge, " in message or "(candidate's process, command 'setup'" in message), message
+    assert "strict_filter." in message or "op_setup" in message, message
+    assert "/" not in message.split("):")[0], message  # no host path in where
+
+
+def test_a_failure_in_the_candidates_process_names_the_command(monkeypatch):
+    # The judge's view of a harness_error reply: the command it sent and the
+    # call the reply named.
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                    "worker", "harness"))
+    from kbox_harness import run_stage, stage
+    fake = type("Judge", (), {})()
+    fake.child = type("Child", (), {"last_op": "setup"})()
+    e = run_stage.RunStage._failed_in_candidate_process(
+        fake, "RuntimeError: No CUDA GPUs are available", "candidate_worker.op_setup:171")
+    report = stage._harness_failed(e, "PHASE_RUN", None)
+    assert report["message"].startswith(
+        "harness failed (candidate's process, command 'setup', candidate_worker.op_setup:171): "
+        "HarnessFailed: candidate process: RuntimeError: No CUDA GPUs"), report["message"]

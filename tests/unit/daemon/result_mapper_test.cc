@@ -470,8 +470,16 @@ TEST(ResultMapperTest, ReferenceFailedIsReferenceError) {
 
 TEST(ResultMapperTest, RunHarnessFailedIsInfraError) {
   v1::EvaluateResult r;
-  ApplyRunStage(Reported(v1::StageReport::HARNESS_FAILED, "oops"), r);
+  StageOutcome s = Reported(v1::StageReport::HARNESS_FAILED,
+                            "harness failed (judge, run_stage._init_cuda:530): RuntimeError: x");
+  s.report->mutable_error()->set_type("RuntimeError");
+  s.report->mutable_error()->set_traceback("RuntimeError: x\n");
+  ApplyRunStage(s, r);
   EXPECT_EQ(r.status(), v1::INFRA_ERROR);
+  // The result says which call failed and keeps the error for the client.
+  EXPECT_NE(r.message().find("judge, run_stage._init_cuda"), std::string::npos) << r.message();
+  EXPECT_EQ(r.runtime_error().type(), "RuntimeError");
+  EXPECT_EQ(r.runtime_error().traceback(), "RuntimeError: x\n");
 }
 
 TEST(ResultMapperTest, RunCompileFailedIsCompileError) {

@@ -114,9 +114,10 @@ class Worker(object):
                          "message": errors.one_line("candidate raised " + sanitize.sanitize(
                              errors.exception_line(c.exc), self.scrubber))}
             except extension_hook.InfraError as e:
-                reply = {"harness_error": errors.exception_line(e)}
+                reply = {"harness_error": errors.exception_line(e), "at": errors.harness_frame(e)}
             except BaseException as e:  # Our own failure: the judge reports HARNESS_FAILED.
-                reply = {"harness_error": errors.one_line(errors.exception_line(e), 1000)}
+                reply = {"harness_error": errors.one_line(errors.exception_line(e), 1000),
+                         "at": errors.harness_frame(e)}
             # After every command, whatever it ran: nothing the loop or the
             # timers rely on may stay replaced into the next one. The wide
             # namespaces too after the commands where the candidate's own
@@ -527,6 +528,7 @@ class CandidateProcess(object):
         # answer to a command it did not see, and a stray reply never shifts
         # every later one by a place.
         self.expected = int.from_bytes(os.urandom(8), "little") >> 2
+        self.last_op = str(cmd.get("op", ""))
         channel.write_line(self.cmd_fd, dict(cmd, n=self.expected))
 
     def receive(self):

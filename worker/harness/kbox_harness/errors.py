@@ -65,6 +65,22 @@ def format_traceback(exc, scrubber, max_bytes):
     return sanitize.sanitize("".join(lines), scrubber, max_bytes)
 
 
+def harness_frame(exc):
+    """'module.function:line' of the innermost frame of kbox's harness that
+    exc passed through ('' if none): which call of kbox's failed, without a
+    host path."""
+    try:
+        frames = [f for f in traceback.extract_tb(exc.__traceback__)
+                  if not f.filename.startswith("<") and _is_harness_file(f.filename)]
+    except Exception:
+        return ""
+    if not frames:
+        return ""
+    f = frames[-1]
+    module = os.path.splitext(os.path.basename(f.filename))[0]
+    return "%s.%s:%d" % (module, f.name, f.lineno or 0)
+
+
 def runtime_error(exc, phase, scrubber, max_bytes, candidate_path=""):
     """A kbox.v1.RuntimeError for exc, raised in `phase` (PHASE_COMPILE / PHASE_RUN)."""
     try:

@@ -135,7 +135,7 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
             self.pipe.enter(HARNESS)
             if party == CANDIDATE:
                 raise judging.ClientFailed(CANDIDATE, message="candidate broke the harness protocol: %s" % e)
-            raise judging.HarnessFailed("candidate process: %s" % e)
+            raise self._failed_in_candidate_process(str(e))
         self.replied_at = timing.now_ms()
         if idle_check:
             self._idle_check()
@@ -150,8 +150,18 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
                 # candidate that broke the process's harness side.
                 raise judging.ClientFailed(CANDIDATE, message="candidate's process failed: %s"
                                    % errors.one_line(str(reply["harness_error"])))
-            raise judging.HarnessFailed("candidate process: %s" % reply["harness_error"])
+            raise self._failed_in_candidate_process(str(reply["harness_error"]), reply.get("at"))
         return reply
+
+    def _failed_in_candidate_process(self, what, at=None):
+        """kbox's own failure in the candidate's process, naming the command
+        and, where its reply said, the harness call that raised."""
+        where = "candidate's process, command %r" % getattr(self.child, "last_op", "")
+        if isinstance(at, str) and at:
+            where += ", " + errors.one_line(at, 100)
+        e = judging.HarnessFailed("candidate process: %s" % what)
+        e.where = where
+        return e
 
     def _thaw(self):
         if self.cgroup is not None:

@@ -10,10 +10,14 @@ def _harness_failed(exc, phase, spec):
     max_bytes = spec.max_log_bytes if spec else protocol.DEFAULT_MAX_LOG_BYTES
     scrubber = sanitize.PathScrubber(spec.candidate_path, spec.reference_path,
                                      spec.build_dir) if spec else None
+    # Which process and which call of kbox's failed: the judge's own frame,
+    # or what a failure in the candidate's process said of itself.
+    where = getattr(exc, "where", "") or ("judge, " + errors.harness_frame(exc)
+                                          if errors.harness_frame(exc) else "")
     report = {
         "outcome": "HARNESS_FAILED",
-        "message": errors.one_line("harness failed: " + sanitize.sanitize(
-            errors.exception_line(exc), scrubber)),
+        "message": errors.one_line("harness failed" + (" (%s)" % where if where else "") + ": " +
+                                   sanitize.sanitize(errors.exception_line(exc), scrubber)),
         "error": errors.runtime_error(exc, phase, scrubber, max_bytes),
     }
     if getattr(exc, "candidate_killed", False):
