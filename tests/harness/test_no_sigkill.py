@@ -61,3 +61,36 @@ def test_program_shape():
     prog = strict_filter.no_sigkill_program()
     assert len(prog) % 8 == 0
     assert 0 < len(prog) // 8 < 64
+
+
+def test_the_cpu_limits_the_kernel_enforces_with_sigkill_cannot_be_set():
+    # A limit lowered to what the process has used gets it SIGKILLed by the
+    # kernel, which kboxd would read as a kill from outside the job.
+    done = _script("""
+        import resource
+        from kbox_harness import strict_filter
+        strict_filter.install_no_sigkill()
+        refused = []
+        def attempt(name, fn):
+            try:
+                fn()
+            except PermissionError:
+                refused.append(name)
+            except ValueError as e:  # CPython's word for setrlimit's EPERM
+                if "not allowed" not in str(e):
+                    raise
+                refused.append(name)
+        cpu = resource.getrlimit(resource.RLIMIT_CPU)            # a read: allowed
+        attempt("setrlimit cpu", lambda: resource.setrlimit(resource.RLIMIT_CPU, (1, 1)))
+        attempt("prlimit cpu", lambda: resource.prlimit(0, resource.RLIMIT_CPU, (1, 1)))
+        attempt("rttime", lambda: resource.setrlimit(resource.RLIMIT_RTTIME, (1, 1)))
+        resource.prlimit(0, resource.RLIMIT_CPU)                 # a read through prlimit64
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        attempt("nofile", lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard)))
+        print(",".join(refused))
+        print(resource.getrlimit(resource.RLIMIT_CPU) == cpu)
+    """)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert set(lines[0].split(",")) == {"setrlimit cpu", "prlimit cpu", "rttime"}, lines
+    assert lines[1] == "True"

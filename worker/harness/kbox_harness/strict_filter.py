@@ -61,37 +61,76 @@ _X32_SYSCALL_BIT = 0x40000000
 # the stage policies already.)
 _SIGNAL_CALLS = ((62, 1), (200, 1), (234, 2))
 _SIGKILL = 9
+# setrlimit(resource, new) and prlimit64(pid, resource, new, old); the
+# limits whose hard value the kernel enforces with SIGKILL: RLIMIT_CPU (0)
+# and RLIMIT_RTTIME (15).
+_SETRLIMIT, _PRLIMIT64 = 160, 302
+_SIGKILL_LIMITS = (0, 15)
+
+
+def _arg_low(i):
+    return 16 + 8 * i   # struct seccomp_data: nr, arch, ip, then args[6]
+
+
+def _assemble(lines):
+    """Classic BPF from (code, k, jump-if-true label, jump-if-false label)
+    lines and ("label", name) markers; a jump label of None is the next line."""
+    at, n = {}, 0
+    for line in lines:
+        if line[0] == "label":
+            at[line[1]] = n
+        else:
+            n += 1
+    prog, pc = [], 0
+    for line in lines:
+        if line[0] == "label":
+            continue
+        code, k, jt, jf = (tuple(line) + (None, None))[:4]
+        off = lambda label: 0 if label is None else at[label] - pc - 1  # noqa: E731
+        prog.append(struct.pack("=HBBI", code, off(jt), off(jf), k))
+        pc += 1
+    return b"".join(prog)
 
 
 def no_sigkill_program():
-    """A BPF program that makes kill/tkill/tgkill with SIGKILL fail with EPERM
-    and allows everything else (the filters under it decide the rest).
+    """A BPF program under which candidate code can bring about no SIGKILL:
+    kill/tkill/tgkill with SIGKILL, and setting RLIMIT_CPU or RLIMIT_RTTIME
+    (whose hard limit the kernel enforces with SIGKILL), fail with EPERM;
+    everything else is allowed (the filters under it decide the rest).
+    Reading a limit (prlimit64 with no new value, as getrlimit is) passes.
 
     Why: kboxd reads a stage that died by SIGKILL, with no kill of its own and
     no out-of-memory kill in the job's cgroup, as killed from outside the job:
-    kbox's fault (INFRA_ERROR), never the candidate's. That holds only if
-    candidate code cannot send SIGKILL, to itself or to the judge.
-    The signal is an int: only the argument's low 32 bits count."""
-    def insn(code, k, jt=0, jf=0):
-        return (code, jt, jf, k)
-    n = len(_SIGNAL_CALLS)
-    prog = [insn(_LD_W_ABS, 4)]                         # arch
-    # Not x86_64: allow here; the stage policy under it kills foreign ABIs.
-    prog.append(insn(_JEQ_K, _AUDIT_ARCH_X86_64, 0, 2 + n + 1 + 2 * n))
-    prog.append(insn(_LD_W_ABS, 0))                    # nr
-    prog.append(insn(_ALU_AND_K, 0xFFFFFFFF & ~_X32_SYSCALL_BIT))
-    # One jump per call to its argument check below; none: allow.
-    for i, (number, _) in enumerate(_SIGNAL_CALLS):
-        prog.append(insn(_JEQ_K, number, (n - i - 1) + 1 + 2 * i, 0))
-    prog.append(insn(_RET_K, _RET_ALLOW))
-    for i, (_, arg) in enumerate(_SIGNAL_CALLS):
-        prog.append(insn(_LD_W_ABS, 16 + 8 * arg))     # low word of args[arg]
-        # SIGKILL: to the EPERM return; else to the allow return.
-        to_eperm = 2 * (n - i - 1) + 1
-        prog.append(insn(_JEQ_K, _SIGKILL, to_eperm, to_eperm - 1))
-    prog.append(insn(_RET_K, _RET_ALLOW))
-    prog.append(insn(_RET_K, _RET_ERRNO_EPERM))
-    return b"".join(struct.pack("=HBBI", code, jt, jf, k) for code, jt, jf, k in prog)
+    kbox's fault (INFRA_ERROR, retried), never the candidate's. That holds
+    only if candidate code cannot cause one, to itself or to the judge: a
+    compile stage's import that lowered its own CPU limit and spun was
+    blamed on kbox. Ints are the arguments' low 32 bits; a pointer is null
+    only with both words zero."""
+    lines = [(_LD_W_ABS, 4),                                     # arch
+             # Not x86_64: allow here; the stage policy under it kills foreign ABIs.
+             (_JEQ_K, _AUDIT_ARCH_X86_64, None, "allow"),
+             (_LD_W_ABS, 0),                                     # nr
+             (_ALU_AND_K, 0xFFFFFFFF & ~_X32_SYSCALL_BIT)]
+    for number, arg in _SIGNAL_CALLS:
+        lines.append((_JEQ_K, number, "signal_arg%d" % arg, None))
+    lines += [(_JEQ_K, _SETRLIMIT, "setrlimit", None),
+              (_JEQ_K, _PRLIMIT64, "prlimit64", None),
+              (_RET_K, _RET_ALLOW)]
+    for arg in sorted({arg for _, arg in _SIGNAL_CALLS}):
+        lines += [("label", "signal_arg%d" % arg),
+                  (_LD_W_ABS, _arg_low(arg)),
+                  (_JEQ_K, _SIGKILL, "eperm", "allow")]
+    for name, resource_arg, then in (("setrlimit", 0, "eperm"), ("prlimit64", 1, "new_value")):
+        lines += [("label", name), (_LD_W_ABS, _arg_low(resource_arg))]
+        for i, limit in enumerate(_SIGKILL_LIMITS):
+            last = i == len(_SIGKILL_LIMITS) - 1
+            lines.append((_JEQ_K, limit, then, "allow" if last else None))
+    lines += [("label", "new_value"),                          # prlimit64's new limit
+              (_LD_W_ABS, _arg_low(2)), (_JEQ_K, 0, None, "eperm"),
+              (_LD_W_ABS, _arg_low(2) + 4), (_JEQ_K, 0, "allow", "eperm"),
+              ("label", "allow"), (_RET_K, _RET_ALLOW),
+              ("label", "eperm"), (_RET_K, _RET_ERRNO_EPERM)]
+    return _assemble(lines)
 
 
 def install_no_sigkill():
