@@ -187,6 +187,24 @@ TEST_F(SandboxTest, ChildrenDieWithTheSandbox) {
   EXPECT_FALSE(alive) << "the setsid() grandchild survived the sandbox";
 }
 
+// The CPU-time limit is a SIGXCPU, never the kernel's SIGKILL: kboxd reads a
+// SIGKILL it did not send as a kill from outside the job (kbox's fault), so a
+// process that ignores SIGXCPU must run on into the wall-clock limit, not be
+// killed a second later (process_limits.cc).
+TEST_F(SandboxTest, TheCpuLimitNeverEndsInTheKernelsSigkill) {
+  auto spec = Spec({KBOX_SANDBOXEE_BIN, "spin-past-xcpu", "2500"});
+  spec.mutable_rlimits()->set_cpu_seconds(1);
+  const auto ignoring = Run(spec);
+  ASSERT_EQ(ignoring.end, ProcessOutcome::End::kExited) << DescribeEnd(ignoring) << ignoring.output_tail;
+  EXPECT_EQ(ignoring.exit_code, 0) << ignoring.output_tail;
+  // Not ignored, SIGXCPU ends it at the limit (a limit kboxd names).
+  auto plain = Spec({"/bin/sh", "-c", "while :; do :; done"});
+  plain.mutable_rlimits()->set_cpu_seconds(1);
+  const auto killed = Run(plain);
+  ASSERT_EQ(killed.end, ProcessOutcome::End::kSignaled) << DescribeEnd(killed) << killed.output_tail;
+  EXPECT_EQ(killed.term_signal, SIGXCPU);
+}
+
 // The run stage's split (docs/judge-boundary.md): the program is the judge,
 // holding CAP_SETUID/CAP_SETGID/CAP_KILL; the child it forks takes the
 // candidate's id and reaches nothing of the judge's (no signal, no /proc

@@ -16,6 +16,8 @@
 //   kill-init        SIGKILL pid 1 of the sandbox (its init)
 //   exec PATH        execve PATH (e.g. a compiler hidden from run stages)
 //   whoami           print "pid P uid U fds F..." (honest; exits 0)
+//   spin-past-xcpu MS ignore SIGXCPU and spin until MS milliseconds of CPU
+//                    time are used; exits 0 if nothing killed it on the way
 //   split UID        as the run stage's judge does (docs/judge-boundary.md):
 //                    fork a child that takes UID and drops every capability,
 //                    keep CAP_KILL and start a thread; the child then tries
@@ -53,6 +55,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -264,6 +267,17 @@ int Sandboxee(int argc, char** argv) {
     return Refused("execv");
   }
   if (what == "whoami") return WhoAmI();
+  if (what == "spin-past-xcpu" && argc == 3) {
+    ::signal(SIGXCPU, SIG_IGN);
+    const long long limit_ms = std::atoll(argv[2]) ;
+    volatile uint64_t spins = 0;
+    for (;;) {
+      for (int i = 0; i < 1'000'000; ++i) spins = spins + 1;
+      timespec cpu{};
+      ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu);
+      if (static_cast<long long>(cpu.tv_sec) * 1000 + cpu.tv_nsec / 1'000'000 >= limit_ms) return 0;
+    }
+  }
   if (what == "split" && argc == 3) return Split(static_cast<unsigned>(std::atoi(argv[2])));
   return kUsage;
 }

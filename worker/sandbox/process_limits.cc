@@ -27,8 +27,15 @@ StepError ApplyRlimits(const v1::SandboxRlimits& l) {
   if (auto e = SetLimit(RLIMIT_NOFILE, "NOFILE", l.nofile(), l.nofile())) return e;
   if (auto e = SetLimit(RLIMIT_FSIZE, "FSIZE", l.fsize_bytes(), l.fsize_bytes())) return e;
   if (auto e = SetLimit(RLIMIT_NPROC, "NPROC", l.nproc(), l.nproc())) return e;
-  // SIGXCPU at the soft limit, SIGKILL a second later.
-  if (auto e = SetLimit(RLIMIT_CPU, "CPU", l.cpu_seconds(), l.cpu_seconds() + 1)) return e;
+  // SIGXCPU at the soft limit, and no hard limit: the kernel's SIGKILL at a
+  // hard CPU limit would read, to kboxd, as a kill from outside the job
+  // (kbox's fault, retried), so a process that ignores SIGXCPU runs on into
+  // the stage's wall-clock limit instead, which ends it as a TIMEOUT. The
+  // soft limit cannot be raised by candidate code: the run stage's strict
+  // filter kills setrlimit/prlimit64, and the no-SIGKILL filter refuses
+  // RLIMIT_CPU changes where candidate code runs before it (the compile
+  // stage's import). SandboxTest.TheCpuLimitNeverEndsInTheKernelsSigkill.
+  if (auto e = SetLimit(RLIMIT_CPU, "CPU", l.cpu_seconds(), RLIM_INFINITY)) return e;
   if (auto e = SetLimit(RLIMIT_STACK, "STACK", l.stack_bytes(), l.stack_bytes())) return e;
   // Locked memory would escape the memory cgroup's reclaim.
   return SetLimit(RLIMIT_MEMLOCK, "MEMLOCK", 64 << 10, 64 << 10);
