@@ -35,13 +35,23 @@ std::string LastLine(const std::string& text) {
   return nl == std::string::npos ? t : t.substr(nl + 1);
 }
 
+// Whose code a stage's failure belongs to. The harness announces each party
+// before its code runs; in a compile stage candidate code runs in the
+// harness's own process and can write those announcements and the report
+// itself, so once it has run, everything that stage does is the candidate's:
+// an announced HARNESS or REFERENCE there is no evidence against kbox.
+v1::Party ResponsibleParty(const StageOutcome& s, v1::Phase phase) {
+  if (phase == v1::PHASE_COMPILE && s.candidate_ran) return v1::CANDIDATE;
+  return s.last_party;
+}
+
 struct LimitHit {
   std::string what;  // In words; empty when no limit stopped the stage.
   ViolationKind kind = ViolationKind::kNone;
 };
 
 // What the sandbox stopped, and which of its limits did.
-LimitHit SandboxLimitHit(const StageOutcome& s) {
+LimitHit SandboxLimitHit(const StageOutcome& s, v1::Party party) {
   const ProcessOutcome& p = s.process;
   if (s.memory_limit_hit) {
     return {"exceeded the job's memory limit and was killed", ViolationKind::kMemoryLimit};
@@ -60,7 +70,7 @@ LimitHit SandboxLimitHit(const StageOutcome& s) {
     // Without a name, the stacked strict filter killed it: it only takes
     // away process creation, exec and changes to limits and identity
     // (policy/seccomp/run_strict.policy).
-    if (s.last_party == v1::CANDIDATE) {
+    if (party == v1::CANDIDATE) {
       return {"tried to create a process, run a program, or change its limits or identity, "
               "which the sandbox forbids once candidate code runs (killed by the strict seccomp "
               "filter)",
@@ -84,8 +94,9 @@ void ApplyAbnormalEnd(const StageOutcome& s, v1::Phase phase, EvaluateResult& r,
   const ProcessOutcome& p = s.process;
   const std::string stage = phase == v1::PHASE_COMPILE ? "compile stage" : "run stage";
   const std::string how = DescribeEnd(p);
-  const bool candidate = s.last_party == v1::CANDIDATE;
-  const bool reference = s.last_party == v1::REFERENCE;
+  const v1::Party party = ResponsibleParty(s, phase);
+  const bool candidate = party == v1::CANDIDATE;
+  const bool reference = party == v1::REFERENCE;
 
   // Only the harness's own failures in a run stage can point at the device.
   const bool run_stage = phase == v1::PHASE_RUN;
@@ -100,7 +111,7 @@ void ApplyAbnormalEnd(const StageOutcome& s, v1::Phase phase, EvaluateResult& r,
     return;
   }
   // A limit of the sandbox stopped whoever was running.
-  if (const LimitHit limit = SandboxLimitHit(s); !limit.what.empty()) {
+  if (const LimitHit limit = SandboxLimitHit(s, party); !limit.what.empty()) {
     if (candidate) {
       Set(r, v1::SANDBOX_VIOLATION, "candidate " + limit.what);
       SetError(r, phase, "SandboxViolation", limit.what);
@@ -272,10 +283,26 @@ bool ApplyCompileStage(const StageOutcome& s, EvaluateResult& r, FailureCause* c
       }
       return false;
     case StageReport::HARNESS_FAILED:
+      if (s.candidate_ran) {
+        // Written after candidate code ran in the same process: it may
+        // have written it, and kbox's hook failing beside it cannot be told
+        // from the candidate breaking it (docs/reliability.md).
+        Set(r, v1::COMPILE_ERROR, "the compile stage failed after candidate code ran in its process: " +
+                                      rep.message());
+        SetError(r, v1::PHASE_COMPILE, "HarnessFailedBesideCandidate", rep.message());
+        return false;
+      }
       Set(r, v1::INFRA_ERROR, "harness failed in the compile stage: " + rep.message());
       c.infra = InfraCause::kHarnessFailed;
       return false;
     default:
+      if (s.candidate_ran) {  // As HARNESS_FAILED: the candidate may have written it.
+        Set(r, v1::COMPILE_ERROR, "the compile stage reported an outcome it never reports (" +
+                                      StageReport::Outcome_Name(rep.outcome()) +
+                                      ") after candidate code ran in its process");
+        SetError(r, v1::PHASE_COMPILE, "ResultChannelTampering", r.message());
+        return false;
+      }
       Set(r, v1::INFRA_ERROR, "compile stage reported an unexpected outcome " +
                                   StageReport::Outcome_Name(rep.outcome()));
       c.infra = InfraCause::kHarnessProtocol;

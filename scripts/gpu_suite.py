@@ -7,11 +7,13 @@ and linear layers in PyTorch, under the lenient anti-cheat profile), every
 CUDA case of the shared corpus and of corpus-new (its expect.json decides),
 CUDA hacks again with the static layer off so that only the run stage's checks
 can catch them (run-layer/*), the bundled CUDA example, a
-Triton candidate for the `add` problem, a candidate with an nvcc error, and a
+Triton candidate for the `add` problem, an honest row-sum kernel, a candidate
+with an nvcc error, and a
 kernel with an out-of-bounds write, one that never ends, one that exhausts the
 GPU's memory and one that holds it all, each followed by the five honest
-few-shot pairs on the same GPU (kboxd probes the GPU after each fault). kboxd
-runs with its full sandbox.
+few-shot pairs on the same GPU (kboxd probes the GPU after each fault), and
+last the out-of-bounds kernel again with eight honest jobs queued behind it at
+once. kboxd runs with its full sandbox and default settings.
 
 Usage: scripts/gpu-suite [--shared DIR] [--out DIR]
 Needs build/bin/kboxd (built on Debian 12 and carried to the GPU machine;
@@ -209,6 +211,9 @@ def build_cases(shared):
     examples = os.path.join(REPO, "docs", "examples")
     cases.append(("example/bias_relu_cuda", os.path.join(examples, "bias_relu", "reference.py"),
                   os.path.join(examples, "bias_relu_cuda", "candidate.py"), "cuda", expect_correct, {}))
+    row_sum = os.path.join(GPU_CASES, "row_sum")
+    cases.append(("row_sum", os.path.join(row_sum, "reference.py"), os.path.join(row_sum, "candidate.py"),
+                  "cuda", expect_correct, {}))
     cases.append(("triton_add", add_ref, os.path.join(GPU_CASES, "triton_add", "candidate.py"),
                   "triton", expect_correct, {}))
     cases.append(("nvcc_error", add_ref, os.path.join(GPU_CASES, "nvcc_error", "candidate.py"),
@@ -264,6 +269,43 @@ def run_fault_cases(server, honest, add_ref, wanted, report):
             report("after_%s/%s" % (name, pair), backend, after, expect_correct(after))
 
 
+def run_fault_with_queue(server, honest, add_ref, report):
+    """A faulting kernel with honest jobs queued and set up ahead behind it
+    (run_stages_ahead at its default): the fault is the candidate's
+    RUNTIME_ERROR, the GPU is probed and stays in service, and every honest
+    job ends CORRECT, none lost or run twice."""
+    def submit(ref, cand, backend, extra):
+        try:
+            return evaluate(server, ref, cand, backend, measure_performance=False, **extra)
+        except Exception as exc:  # A transport failure is a failed case.
+            return {"status": "CLIENT_ERROR", "message": repr(exc)}
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(honest) + 1) as pool:
+        # Built first (cache hits where the suite built them already), so
+        # that all of them are queued at the GPU, not at the compilers.
+        for future in [pool.submit(submit, ref, cand, backend, dict(extra, correctness_trials=1))
+                       for _, ref, cand, backend, _, extra in honest]:
+            future.result()
+    probes_before = device_metrics(server)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(honest) + 1) as pool:
+        fault = pool.submit(submit, add_ref, os.path.join(GPU_CASES, "oob_write", "candidate.py"), "cuda", {})
+        time.sleep(1.0)  # first in line; the honest jobs queue behind it
+        behind = [(name, backend, pool.submit(submit, ref, cand, backend, extra))
+                  for name, ref, cand, backend, _, extra in honest]
+        bad = fault.result()
+        report("queue_behind_fault/oob_write", "cuda", bad, expect_runtime_error(bad))
+        ids = []
+        for name, backend, future in behind:
+            result = future.result()
+            ids.append(result.get("job_id"))
+            report("queue_behind_fault/" + name, backend, result, expect_correct(result))
+    distinct = len(set(ids)) == len(ids)
+    print("     queue_behind_fault: %d honest jobs, %d distinct ids; before: %s; after: %s" % (
+        len(ids), len(set(ids)), "; ".join(probes_before), "; ".join(device_metrics(server))), flush=True)
+    report("queue_behind_fault/distinct_results", "cuda", {"status": "CORRECT" if distinct else "DUPLICATED"},
+           distinct)
+
+
 def save_results(out, results):
     os.makedirs(out, exist_ok=True)
     path = os.path.join(out, "gpu-suite-results.json")
@@ -281,6 +323,9 @@ def main():
     parser.add_argument("--repeat", type=int, default=0,
                         help="instead of the suite: evaluate each few-shot pair N times and print "
                              "the coefficient of variation of its speedup")
+    parser.add_argument("--part", choices=("all", "cases", "faults"), default="all",
+                        help="cases: everything but the fault cases; faults: only those (with "
+                             "the honest jobs they need); all: both, cases first")
     parser.add_argument("--kboxd-arg", action="append", default=[],
                         help="a flag for kboxd (repeatable), e.g. --kboxd-arg=--preforked-run-stage")
     args = parser.parse_args()
@@ -290,6 +335,8 @@ def main():
     print("kboxd at %s; info: %s" % (server, urllib.request.urlopen(server + "/v1/info").read().decode().strip()))
     cases, add_ref, _ = build_cases(args.shared)
     honest = [c for c in cases if c[0].startswith("few_shot/")]  # run after each fault case
+    # Eight honest jobs to queue behind a fault: the few-shot pairs and three more.
+    queued_behind = honest + [c for c in cases if c[0] in ("row_sum", "triton_add", "example/bias_relu_cuda")]
     if args.repeat:
         cases = [("%s#%d" % (name, k), ref, cand, backend, check, extra)
                  for k in range(args.repeat)
@@ -297,6 +344,8 @@ def main():
     wanted = [w for w in args.only.split(",") if w]
     if wanted:
         cases = [c for c in cases if any(w in c[0] for w in wanted)]
+    if args.part == "faults":
+        cases = []
     results, failures = {}, 0
     started = time.time()
 
@@ -327,8 +376,10 @@ def main():
         # Last, with the GPU otherwise idle: kernels that fault, never end or
         # exhaust the GPU's memory, each followed by the five honest few-shot
         # pairs, which are the next jobs that GPU runs (issue 8).
-        if not args.repeat:
+        if not args.repeat and args.part != "cases":
             run_fault_cases(server, honest, add_ref, wanted, report)
+            if not wanted or any(w in "queue_behind_fault/" for w in wanted):
+                run_fault_with_queue(server, queued_behind, add_ref, report)
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(timeout=120)

@@ -44,6 +44,7 @@ void DecodeHarnessEvents(const std::string& stream, StageOutcome& outcome) {
     switch (event.event_case()) {
       case v1::HarnessEvent::kEnter:
         outcome.last_party = event.enter();
+        if (outcome.last_party == v1::CANDIDATE) outcome.candidate_ran = true;
         break;
       case v1::HarnessEvent::kReport:
         outcome.report = event.report();

@@ -102,6 +102,10 @@ struct StageOutcome {
   ProcessOutcome process;
   // The last party the harness announced before it stopped writing.
   v1::Party last_party = v1::PARTY_UNSPECIFIED;
+  // Whether the harness ever announced candidate code. In a compile stage
+  // candidate code shares the harness's process (and its result pipe), so
+  // from then on nothing the stage says or does is kbox's alone.
+  bool candidate_ran = false;
   // The final report, when the harness wrote a well-formed one.
   std::optional<v1::StageReport> report;
   // Why the result pipe could not be decoded, when it could not.

@@ -117,6 +117,8 @@ def test_a_clock_faked_once_per_call_disagrees_with_the_judges_clock(tmp_path):
     # judge's outside measurement can tell.
     report = _check(_run(tmp_path, "cand_dyn_oneshot_clock.py", performance_trials=8), "OK")
     assert "run.timing-mismatch" in _rules(report), report.get("verdicts")
+    # Confirmed on rounds of its own before it became a finding.
+    assert "confirmed on" in next(v["message"] for v in report["verdicts"] if v["rule_id"] == "run.timing-mismatch")
     timing = report["candidate_timing"]
     assert timing["outside_median_ms"] > 4.0
     assert timing["median_ms"] < timing["outside_median_ms"] - 3.0

@@ -215,6 +215,11 @@ def job_table():
         cand("cand_identity_python.py"), measure_performance=False, anticheat_profile="off")
     add("plants_kbox_names", ref, cand("cand_plants_kbox_names.py"), measure_performance=False,
         anticheat_profile="off", seed=HONEST_SEED)
+    # Candidate code writing kbox's result channel in the compile stage.
+    add("forges_compile_report", ref, cand("cand_forges_compile_report.py"),
+        measure_performance=False, anticheat_profile="off")
+    add("announces_harness_and_crashes", ref, cand("cand_announces_harness_and_crashes.py"),
+        measure_performance=False, anticheat_profile="off")
     # Static anti-cheat checks (tests/integration/test_static_check.py).
     matmul_ref = it.read(it.case_path("ref_matmul_relu.py"))
     add("static_rejected", matmul_ref, cand("cand_matmul_operator.py"),

@@ -190,3 +190,16 @@ def test_names_planted_by_the_job_do_not_break_kbox(jobs):
     counts = [int(line.split()[1]) for line in r.get("output_tail", "").splitlines()
               if line.startswith("PLANTED ")]
     assert counts and max(counts) > 0, r.get("output_tail", "")[-2000:]
+
+
+def test_candidate_code_writing_the_compile_stages_channel_is_the_candidates_failure(jobs):
+    # In the compile stage candidate code shares the harness's process and its
+    # result pipe: a forged HARNESS_FAILED, or a crash after announcing kbox's
+    # harness, is the candidate's COMPILE_ERROR, never kbox's INFRA_ERROR
+    # (which training masks, and kboxd retries).
+    forged = jobs.result("forges_compile_report")
+    assert forged["status"] == "COMPILE_ERROR", describe(forged)
+    assert "after candidate code ran" in forged["message"], describe(forged)
+    crashed = jobs.result("announces_harness_and_crashes")
+    assert crashed["status"] == "COMPILE_ERROR", describe(crashed)
+    assert crashed["runtime_error"]["type"] == "Crash", describe(crashed)

@@ -115,6 +115,55 @@ TEST(ResultMapperTest, CompileUnexpectedOutcomeIsInfraError) {
   EXPECT_NE(r.message().find("INCORRECT"), std::string::npos) << r.message();
 }
 
+// Candidate code shares the compile stage's process and its result pipe: once
+// it ran, an announced HARNESS (or REFERENCE), a HARNESS_FAILED report or an
+// outcome the stage never reports is no evidence against kbox.
+TEST(ResultMapperTest, CompileStageFailuresAfterCandidateCodeRanAreTheCandidates) {
+  StageOutcome reported = Reported(v1::StageReport::HARNESS_FAILED, "hook broke");
+  reported.candidate_ran = true;
+  v1::EvaluateResult r;
+  EXPECT_FALSE(ApplyCompileStage(reported, r));
+  EXPECT_EQ(r.status(), v1::COMPILE_ERROR);
+  EXPECT_NE(r.message().find("hook broke"), std::string::npos) << r.message();
+
+  StageOutcome odd = Reported(v1::StageReport::INCORRECT);
+  odd.candidate_ran = true;
+  v1::EvaluateResult o;
+  EXPECT_FALSE(ApplyCompileStage(odd, o));
+  EXPECT_EQ(o.status(), v1::COMPILE_ERROR);
+
+  for (const v1::Party announced : {v1::HARNESS, v1::REFERENCE, v1::PARTY_UNSPECIFIED}) {
+    for (const End end : {End::kSignaled, End::kExited, End::kTimedOut, End::kOutputLimit}) {
+      StageOutcome s = Ended(end, announced);
+      s.candidate_ran = true;
+      v1::EvaluateResult e;
+      FailureCause cause;
+      EXPECT_FALSE(ApplyCompileStage(s, e, &cause));
+      EXPECT_NE(e.status(), v1::INFRA_ERROR) << e.message();
+      EXPECT_NE(e.status(), v1::REFERENCE_ERROR) << e.message();
+      EXPECT_EQ(cause.infra, InfraCause::kNone) << e.message();
+    }
+  }
+  // A SIGKILL stays kbox's: candidate code cannot send one (the no-SIGKILL
+  // filter), so it came from outside the job.
+  StageOutcome killed = Ended(End::kSignaled, v1::HARNESS);
+  killed.process.term_signal = SIGKILL;
+  killed.candidate_ran = true;
+  v1::EvaluateResult k;
+  EXPECT_FALSE(ApplyCompileStage(killed, k));
+  EXPECT_EQ(k.status(), v1::INFRA_ERROR);
+}
+
+// The run stage's candidate code runs in a process of its own without the
+// judge's result pipe: the judge's announcements stand.
+TEST(ResultMapperTest, RunStageHarnessFailuresStayKbox) {
+  StageOutcome s = Ended(End::kSignaled, v1::HARNESS);
+  s.candidate_ran = true;
+  v1::EvaluateResult r;
+  ApplyRunStage(s, r);
+  EXPECT_EQ(r.status(), v1::INFRA_ERROR);
+}
+
 TEST(ResultMapperTest, SpawnFailureIsInfraError) {
   for (const v1::Party party : {v1::PARTY_UNSPECIFIED, v1::CANDIDATE}) {
     v1::EvaluateResult compile, run;

@@ -19,6 +19,7 @@ inline StageOutcome Ended(ProcessOutcome::End end, v1::Party last_party) {
   StageOutcome s;
   s.process.end = end;
   s.last_party = last_party;
+  s.candidate_ran = last_party == v1::CANDIDATE;
   if (end == End::kExited) s.process.exit_code = 1;
   if (end == End::kSignaled) s.process.term_signal = SIGSEGV;
   if (end == End::kSpawnFailed) s.process.spawn_error = "exec /py: No such file or directory";

@@ -168,7 +168,7 @@ class CachedReferenceTiming(object):
         if self.device.type == "cuda":
             cand.update(cover_ms=cand_cover, outran_calls=outran)
         cand["outside_median_ms"] = timing.stats(outside, method)["median_ms"]
-        why = timing.outside_disagrees(cand_times, outside, overhead) or \
+        why = self._outside_disagrees(cand_times, outside, overhead, clock, get_inputs, None) or \
             timing.hidden_by_cover(cand_times, uncovered[0], uncovered[1])
         if why:
             self.findings.add("run.timing-mismatch", why)

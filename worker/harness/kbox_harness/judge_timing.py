@@ -31,6 +31,9 @@ _SPOT_CHECK_SHARE = 0.25  # timed outputs compared with the reference's
 _MAX_SPOT_CHECKS = 24     # each one sends the output back (the exchange arena or a file)
 _OVERHEAD_CALLS = 12      # empty rounds that calibrate the outside clock
 _OVERHEAD_EVERY = 8       # and one more after every this many timed rounds
+# Rounds that confirm a disagreement of the two clocks before it is a
+# finding: each an empty round, then a timed call (_confirm_outside).
+_CONFIRM_ROUNDS = 12
 # A file that receives one JSON line per timed round, for studying the clock
 # (scripts/speedup_spread.py --trace). kboxd never sets it: a stage's
 # environment is built from a fixed list (worker/stage_runner.cc), and what
@@ -153,11 +156,47 @@ class TimingRounds(object):
             cand.update(cover_ms=cand_cover, outran_calls=outran[1])
         cand["outside_median_ms"] = timing.stats(outside, method)["median_ms"]
         self.report["candidate_timing"] = cand
-        why = timing.outside_disagrees(cand_times, outside, overhead) or \
+        why = self._outside_disagrees(cand_times, outside, overhead, clock, get_inputs, (ref_model, graph)) or \
             timing.hidden_by_cover(cand_times, uncovered[0], uncovered[1])
         if why:
             self.findings.add("run.timing-mismatch", why)
         self._physical_floor(cand["lower_quartile_ms"])
+
+    def _outside_disagrees(self, cand_times, outside, overhead, clock, get_inputs, reference):
+        """timing.outside_disagrees for the timed rounds, confirmed on rounds
+        of its own before it is believed. The empty rounds that measure the
+        outside clock's overhead are spread thinly (_OVERHEAD_EVERY), so on a
+        host whose load changes between them (other jobs' compiles on a busy
+        machine) an honest candidate's calls can look longer from outside
+        than the overhead measured earlier explains. The confirmation
+        alternates an empty round and a timed call, so both see the same
+        load; time hidden from the candidate's clock shows in every call it
+        hides, and shows again. reference: (model, graph) to call before each
+        timed call as the timed rounds do, or None."""
+        why = timing.outside_disagrees(cand_times, outside, overhead)
+        if not why:
+            return None
+        t0 = timing.now_ms()
+        inside, outside, overhead = [], [], []
+        for k in range(_CONFIRM_ROUNDS):
+            overhead.append(self._empty_round(clock))
+            x = self._timing_set(get_inputs, "confirm-%d" % k)
+            where = self.cross(x)
+            if reference is not None:
+                self.call(clock.time, self._reference_call(reference[0], reference[1], x)[1])
+            reply, ms = self.ask_timed({"op": "call", "inputs": where})
+            cand_ms = judging.number(reply.get("ms"))
+            if cand_ms is None:
+                raise judging.ClientFailed(CANDIDATE, message="candidate's process sent no time for a timed call")
+            inside.append(cand_ms)
+            outside.append(ms)
+            del x
+        self._summed("timing_confirm_outside", t0)
+        again = timing.outside_disagrees(inside, outside, overhead)
+        if not again:
+            sys.stderr.write("kbox: the outside clock's disagreement was not confirmed (%s)\n" % why)
+            return None
+        return "%s; confirmed on %d rounds alternating with empty ones: %s" % (why, _CONFIRM_ROUNDS, again)
 
     def _idle_check_rounds(self):
         """The timed rounds after which the judge watches the candidate's
