@@ -283,7 +283,7 @@ bool ApplyCompileStage(const StageOutcome& s, EvaluateResult& r, FailureCause* c
       }
       return false;
     case StageReport::HARNESS_FAILED:
-      if (s.candidate_ran) {
+      if (ResponsibleParty(s, v1::PHASE_COMPILE) == v1::CANDIDATE) {
         // Written after candidate code ran in the same process: it may
         // have written it, and kbox's hook failing beside it cannot be told
         // from the candidate breaking it (docs/reliability.md).
@@ -296,7 +296,8 @@ bool ApplyCompileStage(const StageOutcome& s, EvaluateResult& r, FailureCause* c
       c.infra = InfraCause::kHarnessFailed;
       return false;
     default:
-      if (s.candidate_ran) {  // As HARNESS_FAILED: the candidate may have written it.
+      // As HARNESS_FAILED: the candidate may have written it.
+      if (ResponsibleParty(s, v1::PHASE_COMPILE) == v1::CANDIDATE) {
         Set(r, v1::COMPILE_ERROR, "the compile stage reported an outcome it never reports (" +
                                       StageReport::Outcome_Name(rep.outcome()) +
                                       ") after candidate code ran in its process");

@@ -1,8 +1,7 @@
 """An honest row-sum kernel: one block of 256 threads per row, each thread a
 strided partial sum, warp shuffles, then one warp over the warps' sums.
-load_inline is reached through a module alias. Expected: CORRECT (an earlier
-kboxd ended it INFRA_ERROR, 'CUDA error: invalid argument', and took the GPU
-out of service)."""
+load_inline is reached through a module alias. Expected: CORRECT, and the GPU
+stays in service."""
 import torch
 import torch.nn as nn
 import torch.utils.cpp_extension as cpp_ext
