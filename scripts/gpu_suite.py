@@ -66,8 +66,12 @@ def describe(result):
     d = result.get("durations", {})
     speed = result.get("speedup", 0)
     rejects = sorted({v["rule_id"] for v in result.get("verdicts", []) if v.get("severity") == "REJECT"})
-    return "%s rewardable=%s speedup=%s static=%.2fms compile=%.1fs queue=%.1fs run=%.1fs%s | %s" % (
-        result.get("status"), str(result.get("rewardable")).lower(),
+    fingerprint = result.get("fingerprint")
+    # proto3's JSON leaves out device_index 0.
+    on_gpu = fingerprint is not None and fingerprint.get("device_name", "cpu") != "cpu" and d.get("run_ms")
+    gpu = (" gpu%d" % int(fingerprint.get("device_index", 0))) if on_gpu else ""
+    return "%s rewardable=%s%s speedup=%s static=%.2fms compile=%.1fs queue=%.1fs run=%.1fs%s | %s" % (
+        result.get("status"), str(result.get("rewardable")).lower(), gpu,
         ("%.2fx" % speed) if speed else "-", d.get("static_ms", 0), d.get("compile_ms", 0) / 1000,
         d.get("queue_wait_ms", 0) / 1000, d.get("run_ms", 0) / 1000,
         (" rejects=" + ",".join(rejects)) if rejects else "", result.get("message", "")[:100])
@@ -177,7 +181,7 @@ def dynamic_layer_cases(shared):
 
 
 # The run stage's rules that reject under strict (every run.* rule but the
-# reported-only run.below-physical-floor and run.degenerate-problem).
+# reported-only run.below-physical-floor, run.degenerate-problem and run.rounding-allowance).
 RUN_RULES = ("run.background-work", "run.forbidden-call", "run.harness-tampering", "run.input-mutation",
              "run.kernel-not-launched", "run.library-compute", "run.native-dispatcher",
              "run.native-forbidden-call", "run.native-library-compute", "run.native-thread",

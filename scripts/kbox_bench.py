@@ -372,6 +372,20 @@ def verdict(value, target, higher_is_better=True):
     return "met" if met else "NOT met"
 
 
+def jobs_by_gpu(done):
+    """{gpu index: jobs whose run stage that GPU served}, from each result's
+    fingerprint (proto3's JSON leaves out index 0). Cache hits count too: the
+    run stage runs again on every job."""
+    counts = {}
+    for r in done:
+        fingerprint = r["result"].get("fingerprint")
+        if fingerprint is None or fingerprint.get("device_name", "cpu") == "cpu" or not reached(r, "run_ms"):
+            continue
+        index = int(fingerprint.get("device_index", 0))
+        counts[index] = counts.get(index, 0) + 1
+    return counts
+
+
 def summarise(args, info, records, metrics, baseline, scale_note, baseline_asked):
     """The summary dict. Rates count only evaluated jobs (not CLIENT_ERROR);
     the ratio needs a baseline that finished all baseline_asked jobs correctly."""
@@ -422,6 +436,7 @@ def summarise(args, info, records, metrics, baseline, scale_note, baseline_asked
         "evals_per_hour": per_hour(len(done)), "distinct_per_hour": distinct_per_hour,
         "distinct_per_device_hour": distinct_per_hour / devices if distinct_per_hour is not None else None,
         "statuses": statuses, "correct_rewardable": len(good),
+        "jobs_by_gpu": jobs_by_gpu(done) if gpus else {},
         "not_correct": [(r["id"] + (" (resubmission)" if r["resubmission"] else ""),
                          r["result"].get("status"), (r["result"].get("message") or "")[:300])
                         for r in records if r not in good],
@@ -477,6 +492,8 @@ def print_summary(s):
     print("wall %.1f s (first submit to last result); %d of %d jobs evaluated (rates count only these)"
           % (s["wall_s"], s["evaluated"], s["jobs"]))
     print("statuses %s; CORRECT+rewardable %d of %d" % (s["statuses"], s["correct_rewardable"], s["jobs"]))
+    if s["jobs_by_gpu"]:
+        print("jobs run by GPU: %s" % ", ".join("gpu%s %d" % kv for kv in sorted(s["jobs_by_gpu"].items())))
     for row in s["not_correct"]:
         print("  NOT CORRECT: %s %s %s" % row)
     print("evaluations per hour (all) %s; distinct per hour %s" % (f(s["evals_per_hour"]),

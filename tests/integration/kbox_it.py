@@ -18,6 +18,7 @@ import time
 import http.client
 import json
 import os
+import re
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -92,7 +93,7 @@ def run_stage_rules():
     import subprocess
     listing = subprocess.run([os.path.join(bin_dir(), "kbox-policy"), "rules"], check=True,
                              capture_output=True, text=True).stdout
-    reported_only = {"run.below-physical-floor", "run.degenerate-problem"}
+    reported_only = {"run.below-physical-floor", "run.degenerate-problem", "run.rounding-allowance"}
     return sorted(line.split()[0] for line in listing.splitlines()
                   if line.startswith("run.") and line.split()[0] not in reported_only)
 
@@ -300,8 +301,9 @@ def host_secret_lines(path):
 
 def processes_mentioning(path, exclude_pids=()):
     """(pid, cmdline) of live processes whose argv contains `path` or whose
-    working directory lies inside it."""
-    needle = path.encode()
+    working directory lies inside it. `path` must be followed by "/" or end
+    an argument: job ids share prefixes (job-1 is a prefix of job-10)."""
+    mention = re.compile(re.escape(path.encode()) + rb"(/|\0|$)")
     hits = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) in exclude_pids:
@@ -322,7 +324,7 @@ def processes_mentioning(path, exclude_pids=()):
             state = b"?"
         if state == b"Z":
             continue  # a zombie has exited; its parent just has not reaped it yet
-        if needle in cmdline or cwd == path or cwd.startswith(path + "/"):
+        if mention.search(cmdline) or cwd == path or cwd.startswith(path + "/"):
             hits.append((int(entry), cmdline.replace(b"\0", b" ").decode("utf-8", "replace")))
     return hits
 
