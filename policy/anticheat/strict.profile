@@ -56,6 +56,7 @@ run.native-unreadable          reject     # a built library kbox cannot parse ca
 run.nondeterministic           reject     # races and reads of uninitialised memory that pass by luck (H19)
 run.output-contract            reject     # lazy tensors, subclasses and aliased outputs lie to the comparison (H9)
 run.output-kept                reject     # a model holding copies of its outputs replays them in later calls (H10)
+run.rounding-allowance         info       # reported: an output passed with 32x the reference's own rounding error allowed
 run.thread-started             reject     # a thread can finish the work after the clock stops (H8)
 run.timed-output-mismatch      reject     # timed calls that skip or replay work (H10, H11)
 run.timing-mismatch            reject     # an in-process clock that disagrees with the outside one was tampered with (H12)

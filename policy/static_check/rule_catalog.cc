@@ -115,6 +115,8 @@ constexpr std::array kRules{
     RuleInfo{"run.output-kept", "H10",
              "the model kept a copy of an output it returned, which the reference's does not: results "
              "stored to be replayed in later calls"},
+    RuleInfo{"run.rounding-allowance", "H15",
+             "an output passed only with the reference's own fp32 rounding error (against float64) allowed"},
     RuleInfo{"run.thread-started", "H8",
              "forward left a thread running after it returned"},
     RuleInfo{"run.timed-output-mismatch", "H11",

@@ -31,7 +31,8 @@ TEST(AnticheatProfileTest, StrictNamesEveryRuleAndRejectsAllButWorkspaceStateAnd
     // physical floor is reported, not rejected.
     const Severity expected = r.id == "py.forward-stores-state" || r.id == "run.below-physical-floor"
                                   ? Severity::kSuspicious
-                              : r.id == "run.degenerate-problem" ? Severity::kInfo
+                              : r.id == "run.degenerate-problem" || r.id == "run.rounding-allowance"
+                                  ? Severity::kInfo
                                                                  : Severity::kReject;
     EXPECT_EQ(strict->severity(r.id), expected) << r.id;
   }

@@ -187,3 +187,29 @@ def _nanmax(current, m):
     if m != m:
         return m
     return max(current, m)
+
+
+def rounding_error(ref_out, ref_out64):
+    """(largest |ref - ref64|, largest |ref|) over the floating-point outputs,
+    finite elements of both sides only, where ref64 is the reference's
+    output computed in float64 on the same inputs: the reference's own
+    rounding error there. None when no output can be paired so (structure,
+    shape or kind differ, or nothing finite)."""
+    refs, refs64 = flatten(ref_out), flatten(ref_out64)
+    if len(refs) != len(refs64):
+        return None
+    error, largest, paired = 0.0, 0.0, False
+    with torch.no_grad():
+        for r, r64 in zip(refs, refs64):
+            if not isinstance(r, torch.Tensor) or not r.is_floating_point() or not r.numel():
+                continue
+            if not isinstance(r64, torch.Tensor) or not r64.is_floating_point() or r64.shape != r.shape:
+                return None
+            a, b = r.detach().double(), r64.detach().to(device=r.device, dtype=torch.float64)
+            finite = torch.isfinite(a) & torch.isfinite(b)
+            if not bool(finite.any()):
+                continue
+            error = max(error, float((a - b).abs()[finite].max()))
+            largest = max(largest, float(a.abs()[finite].max()))
+            paired = True
+    return (error, largest) if paired else None

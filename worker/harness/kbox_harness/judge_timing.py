@@ -115,12 +115,9 @@ class TimingRounds(object):
             ref = self.call(clock.time, ref_fn)
             ref_out = ref.out
             steps.lap("ref_call")
-            reply, ms = self.ask_timed({"op": "call", "inputs": where}, idle_check=j in idle_checks)
+            reply, cand_ms, ms = self._timed_call(where, idle_check=j in idle_checks)
             steps.lap("cand_call")
             outside.append(ms)
-            cand_ms = judging.number(reply.get("ms"))
-            if cand_ms is None:
-                raise judging.ClientFailed(CANDIDATE, message="candidate's process sent no time for a timed call")
             ref_times.append(ref.ms)
             cand_times.append(cand_ms)
             outran[0] += 1 if ref.outran else 0
@@ -131,7 +128,7 @@ class TimingRounds(object):
             outran[1] += 1 if reply.get("outran") is True else 0
             if checks < _MAX_SPOT_CHECKS and (j < 2 or self.rng.random() < _SPOT_CHECK_SHARE):
                 checks += 1
-                self._spot_check(j, reply, ref_out, ref_in)
+                self._spot_check(j, reply, ref_out, ref_in, ref_model, x)
                 steps.lap("spot_check")
             del ref_out, ref_in, ref, x
             if self.device.type == "cuda" and j % 2 == 1:
@@ -184,10 +181,7 @@ class TimingRounds(object):
             where = self.cross(x)
             if reference is not None:
                 self.call(clock.time, self._reference_call(reference[0], reference[1], x)[1])
-            reply, ms = self.ask_timed({"op": "call", "inputs": where})
-            cand_ms = judging.number(reply.get("ms"))
-            if cand_ms is None:
-                raise judging.ClientFailed(CANDIDATE, message="candidate's process sent no time for a timed call")
+            _, cand_ms, ms = self._timed_call(where)
             inside.append(cand_ms)
             outside.append(ms)
             del x
@@ -197,6 +191,15 @@ class TimingRounds(object):
             sys.stderr.write("kbox: the outside clock's disagreement was not confirmed (%s)\n" % why)
             return None
         return "%s; confirmed on %d rounds alternating with empty ones: %s" % (why, _CONFIRM_ROUNDS, again)
+
+    def _timed_call(self, where, idle_check=False):
+        """One timed call of the candidate on the crossed inputs `where`:
+        (its reply, the time its own clock gave, the outside clock's ms)."""
+        reply, outside_ms = self.ask_timed({"op": "call", "inputs": where}, idle_check=idle_check)
+        cand_ms = judging.number(reply.get("ms"))
+        if cand_ms is None:
+            raise judging.ClientFailed(CANDIDATE, message="candidate's process sent no time for a timed call")
+        return reply, cand_ms, outside_ms
 
     def _idle_check_rounds(self):
         """The timed rounds after which the judge watches the candidate's
@@ -244,8 +247,9 @@ class TimingRounds(object):
         uncovered[1].append(host)
         if not may_check or self.rng.random() >= _SPOT_CHECK_SHARE:
             return 0
-        ref_out = self.call(self.forward, ref_model, y)
-        self._spot_check(j, reply, ref_out, y)
+        ref_in = inputs.clone(y)  # y stays as drawn, for the rounding allowance
+        ref_out = self.call(self.forward, ref_model, ref_in)
+        self._spot_check(j, reply, ref_out, ref_in, ref_model, y)
         return 1
 
     def _calibrate(self, clock, get_inputs, ref_model=None, graph=None):
@@ -289,20 +293,22 @@ class TimingRounds(object):
         with torch.no_grad():
             return model(*x)
 
-    def _spot_check(self, j, reply, ref_out, ref_in):
-        """Compares timed call j's output with the reference's."""
+    def _spot_check(self, j, reply, ref_out, ref_in, ref_model, x):
+        """Compares timed call j's output with the reference's. x: the
+        inputs as drawn, for the reference's float64 run (rounding)."""
         t0 = timing.now_ms()
         try:
-            self._compare_timed_output(j, reply, ref_out, ref_in)
+            self._compare_timed_output(j, reply, ref_out, ref_in, ref_model, x)
         finally:
             self._summed("timing_spot_checks", t0)
 
-    def _compare_timed_output(self, j, reply, ref_out, ref_in):
+    def _compare_timed_output(self, j, reply, ref_out, ref_in, ref_model, x):
         data, broken = self._candidate_output(reply, ref_in, ref_out, with_inputs=False)
         if broken is not None:
             self.findings.add("run.timed-output-mismatch", "timed call %d: %s" % (j + 1, broken))
             return
-        result = self._compare(ref_out, data["out"], self._tolerance(ref_out, ("timing", j)))
+        result = self.rounding.compare(ref_model, x, ref_out, data["out"], self._tolerance(ref_out, ("timing", j)),
+                                       "timed call %d" % (j + 1))
         if not result["passed"]:
             self.findings.add("run.timed-output-mismatch",
                               "timed call %d returned a wrong output (max abs diff %s): the timed calls "

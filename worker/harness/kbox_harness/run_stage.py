@@ -21,7 +21,7 @@ import torch
 
 from . import (boundary, candidate_worker, channel, compare, crossing, dynamic_checks, errors,
                exchange, fingerprint, inputs, modules, native_check, sanitize, strict_filter, timing)
-from . import candidate_import, judge_cached_timing, judge_timing, judging
+from . import candidate_import, judge_cached_timing, judge_timing, judging, rounding
 from .protocol import CANDIDATE, HARNESS, REFERENCE
 
 _DTYPES = {"PRECISION_FP16": torch.float16, "PRECISION_BF16": torch.bfloat16}
@@ -78,6 +78,7 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         self.outputs_via = {"arena_outputs": 0, "memfd_outputs": 0}  # the report's counts
         self.ref_sample = None  # (inputs, reference output) of trial 0, for the floor
         self.tolerances = {}  # atol per input set (_tolerance)
+        self.rounding = rounding.RoundingAllowance(self)  # the reference's own rounding error, allowed
         self._timing_sets = 0  # timing input sets drawn (judge_timing._timing_set)
         # The empty rounds' (get_inputs, (reference model, graph) or None): judge_timing._calibrate.
         self._calibration = None
@@ -831,7 +832,7 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         cand_out, broken = self._candidate_output(reply, ref_in, ref_out)
         t = self._summed("trial_read", t)
         if broken is None and cand_out is not None:
-            result = self._compare(ref_out, cand_out["out"], atol)
+            result = self.rounding.compare(ref_model, x, ref_out, cand_out["out"], atol, "trial %d" % i)
             cand_in = cand_out["inputs"] if "inputs" in cand_out else x
             if not dynamic_checks.same_values(cand_in, x) and not dynamic_checks.same_values(cand_in, ref_in):
                 broken = "candidate changed its inputs (the reference leaves them as they were)" \
