@@ -394,6 +394,7 @@ v1::EvaluateResult Evaluator::Evaluate(const v1::EvaluateRequest& request,
       result.set_message(std::string("kboxd internal error: ") + e.what());
       trace.cause.infra = InfraCause::kInternal;
     }
+    if (attempt >= config_.infra_retries()) CompilerKillOnLastAttemptIsTheCandidates(result, trace.cause);
     // A failure the device may explain is final: its GPU's probe has run
     // (evaluator's run stage), and the same job would meet the same device.
     const bool gpu_suspect = trace.cause.device_suspect && settings.backend() != v1::BACKEND_CPU;

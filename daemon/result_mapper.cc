@@ -275,8 +275,8 @@ bool ApplyCompileStage(const StageOutcome& s, EvaluateResult& r, FailureCause* c
       Set(r, v1::COMPILE_ERROR, rep.message());
       *r.mutable_compile_log() = rep.compile_log();
       if (rep.compiler_killed() && !s.memory_limit_hit) {
-        // The caller compiles once more (RetryCompile); this result stands
-        // only when it cannot.
+        // Believed while the job has an attempt left (the evaluator runs it
+        // again); on the last, CompilerKillOnLastAttemptIsTheCandidates.
         Set(r, v1::INFRA_ERROR, "a compiler was killed by SIGKILL from outside the job (" +
                                     rep.message() + "); retry the job");
         c.infra = InfraCause::kCompilerKilled;
@@ -309,6 +309,16 @@ bool ApplyCompileStage(const StageOutcome& s, EvaluateResult& r, FailureCause* c
       c.infra = InfraCause::kHarnessProtocol;
       return false;
   }
+}
+
+bool CompilerKillOnLastAttemptIsTheCandidates(EvaluateResult& r, FailureCause& c) {
+  if (r.status() != v1::INFRA_ERROR || c.infra != InfraCause::kCompilerKilled) return false;
+  Set(r, v1::COMPILE_ERROR,
+      "extension build failed: a compiler was reported killed by SIGKILL on the job's last attempt; "
+      "that report comes from the process the candidate's code runs in, so the failure is the "
+      "candidate's (the build's log is in compile_log)");
+  c.infra = InfraCause::kNone;
+  return true;
 }
 
 void ApplyRunStage(const StageOutcome& s, EvaluateResult& r, FailureCause* cause) {

@@ -18,6 +18,15 @@ namespace kbox {
 bool ApplyCompileStage(const StageOutcome& stage, v1::EvaluateResult& result,
                        FailureCause* cause = nullptr);
 
+// The compile stage's report comes from the process candidate code ran in
+// (the build runs inside the candidate's import), so its claim that a
+// compiler was killed from outside (InfraCause::kCompilerKilled) is kbox's
+// failure only while the job has an attempt left to run it again. On the
+// last attempt it is the candidate's COMPILE_ERROR: an outside kill does not
+// follow one job from attempt to attempt; a forged claim does. Returns
+// whether it changed `result` (and cleared `cause.infra`).
+bool CompilerKillOnLastAttemptIsTheCandidates(v1::EvaluateResult& result, FailureCause& cause);
+
 // Applies the run stage's outcome: status, message, errors, trials, timings,
 // speedup and the device fields of the fingerprint; `cause` as above.
 void ApplyRunStage(const StageOutcome& stage, v1::EvaluateResult& result,

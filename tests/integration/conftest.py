@@ -220,6 +220,8 @@ def job_table():
         measure_performance=False, anticheat_profile="off")
     add("announces_harness_and_crashes", ref, cand("cand_announces_harness_and_crashes.py"),
         measure_performance=False, anticheat_profile="off")
+    add("forges_compiler_kill", ref, cand("cand_forges_compiler_kill.py"),
+        measure_performance=False, anticheat_profile="off")
     # Static anti-cheat checks (tests/integration/test_static_check.py).
     matmul_ref = it.read(it.case_path("ref_matmul_relu.py"))
     add("static_rejected", matmul_ref, cand("cand_matmul_operator.py"),

@@ -203,3 +203,8 @@ def test_candidate_code_writing_the_compile_stages_channel_is_the_candidates_fai
     crashed = jobs.result("announces_harness_and_crashes")
     assert crashed["status"] == "COMPILE_ERROR", describe(crashed)
     assert crashed["runtime_error"]["type"] == "Crash", describe(crashed)
+    # A compile report claiming its compiler was killed from outside: kbox's
+    # failure while an attempt was left (run again), the candidate's on the last.
+    killed = jobs.result("forges_compiler_kill")
+    assert killed["status"] == "COMPILE_ERROR", describe(killed)
+    assert "the failure is the candidate's" in killed["message"], describe(killed)

@@ -119,6 +119,25 @@ TEST(SigkillRuleTest, CandidateProcessKilledBeforeCandidateCodeIsRetryableNotADe
   EXPECT_TRUE(plain_cause.device_suspect);
 }
 
+TEST(SigkillRuleTest, KilledCompilerOnTheLastAttemptIsTheCandidates) {
+  StageOutcome s = Reported(v1::StageReport::COMPILE_FAILED, "extension build failed");
+  s.report->set_compiler_killed(true);
+  v1::EvaluateResult r;
+  FailureCause cause;
+  ApplyCompileStage(s, r, &cause);
+  ASSERT_EQ(cause.infra, InfraCause::kCompilerKilled);
+  EXPECT_TRUE(CompilerKillOnLastAttemptIsTheCandidates(r, cause));
+  EXPECT_EQ(r.status(), v1::COMPILE_ERROR);
+  EXPECT_EQ(cause.infra, InfraCause::kNone);
+  EXPECT_NE(r.message().find("the failure is the candidate's"), std::string::npos) << r.message();
+  // Any other INFRA_ERROR stays kbox's.
+  v1::EvaluateResult killed;
+  killed.set_status(v1::INFRA_ERROR);
+  FailureCause stage_killed{.infra = InfraCause::kStageKilled};
+  EXPECT_FALSE(CompilerKillOnLastAttemptIsTheCandidates(killed, stage_killed));
+  EXPECT_EQ(killed.status(), v1::INFRA_ERROR);
+}
+
 TEST(SigkillRuleTest, KilledCompilerIsInfraErrorUnlessOutOfMemory) {
   StageOutcome s = Reported(v1::StageReport::COMPILE_FAILED, "extension build failed");
   s.report->set_compiler_killed(true);
