@@ -48,18 +48,20 @@ class RoundingAllowance(object):
         self._stage = stage
         self._model64 = {}  # id(reference model) -> its float64 copy, or None when it cannot be made
 
-    def compare(self, ref_model, x, ref_out, cand_out, atol, what):
-        """_compare at atol; when that fails on values alone, again with the
-        allowance. x: the inputs the reference's call got (None: no
-        allowance). what: the call, for the finding ("trial 3")."""
+    def compare(self, ref_model, x, ref_out, cand_out, atol, what, baseline=None):
+        """_compare of cand_out with baseline (default: ref_out, the
+        reference's output on x) at atol; when that fails on values alone,
+        again with the allowance. x: the inputs the reference's call got
+        (None: no allowance). what: the call, for the finding ("trial 3")."""
         stage = self._stage
-        result = stage._compare(ref_out, cand_out, atol)
+        baseline = ref_out if baseline is None else baseline
+        result = stage._compare(baseline, cand_out, atol)
         if result["passed"] or result["failure"] or x is None or ref_model is None:
             return result
         allowance = self.allowance(ref_model, x, ref_out)
         if not allowance:
             return result
-        widened = stage._compare(ref_out, cand_out, atol + allowance)
+        widened = stage._compare(baseline, cand_out, atol + allowance)
         if not widened["passed"]:
             return result
         stage.findings.add("run.rounding-allowance", (
