@@ -52,6 +52,7 @@ class _Stage(object):
 
     def __init__(self):
         self.findings = dynamic_checks.Findings()
+        self.device = torch.device("cpu")
 
     def call(self, fn, *args):
         return fn(*args)
@@ -95,6 +96,25 @@ def test_tensors_made_inside_forward_are_float64_in_its_float64_run():
     assert 0 < error < 1e-3 * largest
     assert rounding.RoundingAllowance(_Stage()).allowance(ref, x, ref(*x)) == rounding.FACTOR * error
     assert torch.get_default_dtype() == torch.float32
+
+
+def test_where_tf32_may_round_the_error_is_measured_on_ieee_fp32(monkeypatch):
+    seen = []
+
+    class Sum(torch.nn.Module):
+        def forward(self, x):
+            seen.append((x.dtype, torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32))
+            return x.sum(dim=1, keepdim=True)
+
+    x = [64 * torch.randn(8, 4096)]
+    ref = Sum()
+    allowance = rounding.RoundingAllowance(_Stage())
+    monkeypatch.setattr(allowance, "tf32_possible", lambda: True)
+    tf32_before = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
+    # A reference output far off (as TF32's would be): not what E is measured on.
+    assert allowance.allowance(ref, x, ref(*x) + 1.0) is not None
+    assert seen[1:] == [(torch.float64,) + tf32_before, (torch.float32, False, False)]
+    assert (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32) == tf32_before
 
 
 def test_outputs_that_cannot_be_paired_give_none():

@@ -11,7 +11,10 @@ reference's own rounding error E, and compares again at atol + FACTOR x E.
 FACTOR is 2^5: honest orders of summation stay within a few times the
 reference's error, while a lower precision stays far outside (tf32 rounds
 2^13 times coarser than fp32, fp16 and bf16 more): a precision downgrade is
-still caught. No allowance is granted beyond MAX_SHARE of the output's
+still caught. E is measured on IEEE fp32: on a GPU where cuDNN (or
+matmul) may round through TF32, the reference's fp32 result it is measured
+from is computed again with TF32 off, on a copy of the model, so the
+allowance never grows to TF32's error. No allowance is granted beyond MAX_SHARE of the output's
 largest magnitude: a reference whose float64 result differs more is not
 rounding but unstable or random (dropout), and says nothing about an honest
 kernel's error. Every allowance granted is reported (run.rounding-allowance,
@@ -22,7 +25,7 @@ import copy
 
 import torch
 
-from . import compare, judging, timing
+from . import compare, inputs, judging, timing
 
 FACTOR = 32
 MAX_SHARE = 1e-3
@@ -46,7 +49,7 @@ class RoundingAllowance(object):
 
     def __init__(self, stage):
         self._stage = stage
-        self._model64 = {}  # id(reference model) -> its float64 copy, or None when it cannot be made
+        self._copies = {}  # (id(reference model), dtype or None) -> its copy, or None: cannot be made
 
     def compare(self, ref_model, x, ref_out, cand_out, atol, what, baseline=None):
         """_compare of cand_out with baseline (default: ref_out, the
@@ -76,15 +79,21 @@ class RoundingAllowance(object):
         output's largest magnitude)."""
         t0 = timing.now_ms()
         try:
-            model64 = self._float64_model(ref_model)
+            model64 = self._copy(ref_model, torch.float64)
             if model64 is None:
                 return None
             out64 = self._stage.call(self._forward_float64, model64, _to_float64(x))
+            ieee = ref_out
+            if self.tf32_possible():
+                model32 = self._copy(ref_model, None)
+                if model32 is None:
+                    return None
+                ieee = self._stage.call(self._forward_ieee, model32, inputs.clone(x))
         except judging.ClientFailed:
             return None
         finally:
             self._stage._summed("rounding_allowance", t0)
-        found = compare.rounding_error(ref_out, out64)
+        found = compare.rounding_error(ieee, out64)
         if found is None:
             return None
         error, largest = found
@@ -92,14 +101,32 @@ class RoundingAllowance(object):
             return None
         return FACTOR * error
 
-    def _float64_model(self, ref_model):
-        key = id(ref_model)
-        if key not in self._model64:
+    def tf32_possible(self):
+        """Whether the reference's fp32 ops may have rounded through TF32."""
+        return self._stage.device.type == "cuda" and (
+            torch.backends.cudnn.allow_tf32 or torch.backends.cuda.matmul.allow_tf32)
+
+    def _copy(self, ref_model, dtype):
+        """A copy of the reference's model, in `dtype` (None: as it is)."""
+        key = (id(ref_model), dtype)
+        if key not in self._copies:
+            def made():
+                model = copy.deepcopy(ref_model)
+                return model if dtype is None else model.to(dtype)
             try:
-                self._model64[key] = self._stage.call(lambda: copy.deepcopy(ref_model).double())
+                self._copies[key] = self._stage.call(made)
             except judging.ClientFailed:
-                self._model64[key] = None
-        return self._model64[key]
+                self._copies[key] = None
+        return self._copies[key]
+
+    def _forward_ieee(self, model, x):
+        """The forward in fp32 with TF32 off."""
+        before = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+        try:
+            return self._stage.forward(model, x)
+        finally:
+            torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = before
 
     def _forward_float64(self, model, x):
         """The forward with float64 as the default dtype, so tensors the
