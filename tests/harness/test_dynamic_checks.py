@@ -235,3 +235,18 @@ def test_a_candidate_scribbling_on_its_inputs_arena_fails_itself(tmp_path):
     else:
         assert report["outcome"] == "INCORRECT", report
         assert not all(t["passed"] for t in report["trials"]), report
+
+
+def test_the_op_trace_does_not_import_dynamo():
+    # PyTorch 2.x's TorchDispatchMode wraps __torch_dispatch__ in a lazy
+    # torch._disable_dynamo, whose first call imported torch._dynamo (4.5-6.3 s
+    # of every run stage's set-up on the GPU host). On 1.13 there is no dynamo.
+    import subprocess
+    import sys
+    harness = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "worker", "harness")
+    code = ("import sys, torch\nfrom kbox_harness import dynamic_checks\n"
+            "_, ops = dynamic_checks.trace_ops(lambda: torch.ones(2).mul(3))\n"
+            "print(sorted(ops), 'torch._dynamo' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=harness, capture_output=True, text=True, check=True)
+    assert out.stdout.split()[-1] == "False", out.stdout + out.stderr
+    assert "'mul'" in out.stdout, out.stdout

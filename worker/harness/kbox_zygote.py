@@ -59,10 +59,9 @@ import torch  # noqa: E402
 
 from kbox_harness import dynamic_checks  # noqa: E402
 
-# The run stage's dispatch-mode trace (dynamic_checks.trace_ops) imports
-# torch._dynamo on first use in PyTorch 2.x: ~6 s of imports (sympy, fx's
-# symbolic shapes) on the GPU host, once per job in a fresh process. Here it is
-# paid once per zygote; check_forkable() below still holds (no thread, no CUDA).
+# Whatever the run stage's dispatch-mode trace (dynamic_checks.trace_ops)
+# imports at its first use is paid here once per zygote, not once per job;
+# check_forkable() below still holds (no thread, no CUDA).
 dynamic_checks.preload_dispatch_tracing()
 
 from kbox_harness import compile_stage, run_stage, stage  # noqa: E402,F401

@@ -198,9 +198,10 @@ class Worker(object):
             strict_filter.install(spec.strict_seccomp_bpf)
         self.launch_probe, self.launch_probe_error = prepare_launch_probe(spec, self.device)
         self.clock = timing.Clock(self.device)
-        # The op trace's first use imports torch._dynamo in PyTorch 2.x (~6 s
-        # on the GPU host): here, during set-up, not on the device's turn;
-        # and before the guard's snapshot, since it rebinds torch.manual_seed.
+        # Whatever the op trace's first use imports (torch._dynamo, ~6 s on
+        # the GPU host, before trace_ops stopped PyTorch's wrapper from
+        # loading it): here, during set-up, not on the device's turn; and
+        # before the guard's snapshot (torch._dynamo rebinds torch.manual_seed).
         t0 = timing.now_ms()
         dynamic_checks.preload_dispatch_tracing()
         phase["candidate_trace_preload"] = timing.now_ms() - t0

@@ -16,6 +16,7 @@ which never runs candidate code (run_stage.py).
 import collections
 import math
 import operator
+import sys
 import threading
 import time
 import types
@@ -312,15 +313,11 @@ def _dispatch_mode_class():
 
 
 def preload_dispatch_tracing():
-    """Imports what trace_ops's first use imports: torch._dynamo, which
-    PyTorch 2.x loads when a dispatch mode is first entered (1.13 has none).
-    For a process that forks run stages (kbox_zygote.py): paid once there,
-    not in every job."""
-    _dispatch_mode_class()
-    try:
-        import torch._dynamo  # noqa: F401
-    except ImportError:
-        pass
+    """One trace of a tiny op, so that whatever trace_ops's first use
+    imports is imported now (during set-up, not on the device's turn; and
+    before the guard's snapshot). For a process that forks run stages
+    (kbox_zygote.py): paid once there, not in every job."""
+    trace_ops(lambda: torch.ones(2) + 1)
 
 
 def trace_ops(fn):
@@ -331,6 +328,16 @@ def trace_ops(fn):
     ops = collections.Counter()
 
     class _Trace(mode_cls):
+        # PyTorch 2.x wraps a mode's __torch_dispatch__ in
+        # torch._disable_dynamo when this says so (the default), and that
+        # wrapper imports torch._dynamo at the first op: 4.5-6.3 s of every
+        # run stage's set-up on the GPU host. The wrapper only matters while
+        # dynamo compiles, and nothing can unless the candidate imported it
+        # (torch.compile, which the strict profile rejects): so only then.
+        @classmethod
+        def _should_skip_dynamo(cls):
+            return "torch._dynamo" in sys.modules
+
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             packet = getattr(func, "overloadpacket", func)
             ops[getattr(packet, "__name__", str(packet))] += 1
