@@ -96,6 +96,17 @@ app.kubernetes.io/component: kboxd
 {{- end }}
 {{- end }}
 
+{{/* Compile stages at once when values.config names none: the pod's CPU request in whole cores,
+at least 1. kboxd's own default counts the cores it sees, which in a container are the node's. */}}
+{{- define "kbox.compileWorkers" -}}
+{{- $cpu := toString (dig "requests" "cpu" "1" (.Values.resources | default dict)) -}}
+{{- if hasSuffix "m" $cpu -}}
+{{- max 1 (div (atoi (trimSuffix "m" $cpu)) 1000) -}}
+{{- else -}}
+{{- max 1 (int64 (floor (float64 $cpu))) -}}
+{{- end -}}
+{{- end }}
+
 {{/* kboxd's config file (kbox.v1.DaemonConfig, text format). */}}
 {{- define "kbox.configText" -}}
 # kbox.v1.DaemonConfig (proto/kbox/v1/config.proto), rendered by the kbox chart.
@@ -103,6 +114,9 @@ app.kubernetes.io/component: kboxd
 {{- include "kbox.textprotoField" (list "listen" (printf "0.0.0.0:%d" (int64 .Values.containerPort))) }}
 {{- include "kbox.textprotoField" (list "work_dir" (include "kbox.paths.workDir" .)) }}
 {{- include "kbox.textprotoField" (list "build_cache_dir" (include "kbox.paths.buildCacheDir" .)) }}
+{{- if not .Values.config.compile_workers }}
+{{- include "kbox.textprotoField" (list "compile_workers" (int64 (include "kbox.compileWorkers" .))) }}
+{{- end }}
 {{- if .Values.jobStore.enabled }}
 {{- include "kbox.textprotoField" (list "job_store_dir" (include "kbox.paths.jobStoreDir" .)) }}
 {{- end }}

@@ -120,6 +120,17 @@ function configWiringErrors(parts, objects, configText) {
     const mount = path && mountFor(path);
     if (!mount || mount.readOnly) errors.push(`config ${name} ${path} is not on a writable volume`);
   }
+  // Compile stages at once: named (kboxd's own default counts the node's cores, not the pod's)
+  // and not above the pod's CPU request in whole cores.
+  const workers = configText.match(/^compile_workers: (\d+)$/m);
+  const cpu = ((container.resources || {}).requests || {}).cpu;
+  const cores = cpu === undefined ? null
+    : Math.max(1, Math.floor(String(cpu).endsWith('m') ? parseInt(cpu, 10) / 1000 : Number(cpu)));
+  if (!workers) {
+    errors.push('config has no compile_workers: kboxd would count the node\'s cores, not the pod\'s');
+  } else if (cores !== null && Number(workers[1]) > cores) {
+    errors.push(`compile_workers ${workers[1]} is above the pod's CPU request (${cpu})`);
+  }
   const configMap = byKind(objects, 'ConfigMap').find((c) => c.data && c.data['kboxd.textproto'] === configText);
   const configVolume = (pod.spec.volumes || []).find((v) => v.configMap && configMap && v.configMap.name === configMap.metadata.name);
   const configMount = configVolume && (container.volumeMounts || []).find((m) => m.name === configVolume.name);
