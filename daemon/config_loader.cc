@@ -135,9 +135,6 @@ boost::system::result<v1::DaemonConfig, FieldError> ApplyConfigDefaults(v1::Daem
   if (!(c.job_cpu_cores() >= 0) || c.job_cpu_cores() > 4096) {
     return FieldError{"job_cpu_cores", "must be between 0 (no limit) and 4096"};
   }
-  if (c.run_stage_cpu_weight() > 10'000) {
-    return FieldError{"run_stage_cpu_weight", "must be at most 10000 (0: the default weight)"};
-  }
   if (c.job_memory_bytes() < 256 * kMiB) return FieldError{"job_memory_bytes", "must be at least 256 MiB"};
   if (c.exchange_arena_mib() > 65'536) {
     return FieldError{"exchange_arena_mib", "must be at most 65536 (64 GiB; 0: files only)"};
@@ -184,7 +181,6 @@ boost::system::result<CommandLine, FieldError> ParseCommandLine(int argc,
   unsigned cpu_slots = 0, compile_workers = 0, max_in_flight = 0;
   std::optional<unsigned> stages_ahead;
   std::optional<unsigned> arena_mib;
-  unsigned run_cpu_weight = 0;
   std::vector<unsigned> gpus;
   std::vector<std::string> backends;
   po::options_description desc("kboxd: the kbox evaluation daemon\n\nOptions");
@@ -229,9 +225,6 @@ boost::system::result<CommandLine, FieldError> ParseCommandLine(int argc,
       "exchange-arena-mib", po::value<unsigned>()->notifier([&](unsigned n) { arena_mib = n; }),
       "MiB of shared memory per run stage that the candidate's outputs cross to the judge "
       "instead of files; 0: files only (docs/exchange-arena.md)")(
-      "run-stage-cpu-weight", po::value(&run_cpu_weight),
-      "cpu.weight of run stages' cgroups, compile stages' being 100 (cgroup v2 with the cpu "
-      "controller); default 0: 100, as compiles")(
       "compile-workers", po::value(&compile_workers), "compile stages at once")(
       "max-in-flight-jobs", po::value(&max_in_flight), "jobs accepted at once")(
       "gpu", po::value(&gpus)->multitoken(), "GPU index to use (repeatable); default: all")(
@@ -305,7 +298,6 @@ boost::system::result<CommandLine, FieldError> ParseCommandLine(int argc,
   if (cpu_slots) c.set_cpu_run_slots(cpu_slots);
   if (stages_ahead) c.set_run_stages_ahead(*stages_ahead);
   if (arena_mib) c.set_exchange_arena_mib(*arena_mib);
-  if (run_cpu_weight) c.set_run_stage_cpu_weight(run_cpu_weight);
   if (compile_workers) c.set_compile_workers(compile_workers);
   if (max_in_flight) c.set_max_in_flight_jobs(max_in_flight);
   if (!gpus.empty()) {

@@ -156,7 +156,6 @@ boost::system::result<SandboxRuntime, SandboxError> SetUpSandbox(const v1::Daemo
   s.limits = CgroupLimits{.memory_bytes = config.job_memory_bytes(),
                           .pids = config.job_pids(),
                           .cpu_cores = config.job_cpu_cores()};
-  s.run_cpu_weight = config.run_stage_cpu_weight();
 
   rt.description = "namespaces (user, pid, mount, network, ipc, uts, cgroup), seccomp";
   auto cgroups = CgroupRoot::Create("kbox-" + std::to_string(::getpid()));

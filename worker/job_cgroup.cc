@@ -192,9 +192,6 @@ boost::system::result<JobCgroup, CgroupError> CgroupRoot::CreateJob(const std::s
       const auto quota = static_cast<uint64_t>(limits.cpu_cores * kPeriodUs);
       ok = set(d / "cpu.max", std::to_string(quota) + " " + std::to_string(kPeriodUs), true);
     }
-    if (ok && cpu_ && limits.cpu_weight > 0) {
-      ok = set(d / "cpu.weight", std::to_string(limits.cpu_weight), true);
-    }
   } else {
     const fs::path& mem = job.dirs_[0];
     ok = set(mem / "memory.limit_in_bytes", std::to_string(limits.memory_bytes), true) &&

@@ -23,9 +23,6 @@ struct CgroupLimits {
   uint32_t pids = 1024;
   // cpu.max as a number of cores (cgroup v2 only); 0: no CPU limit.
   double cpu_cores = 0;
-  // cpu.weight, 1 to 10000 (cgroup v2 with the cpu controller only): the
-  // group's share of contended CPU against its siblings; 0: the default, 100.
-  uint32_t cpu_weight = 0;
 };
 
 class JobCgroup;

@@ -349,9 +349,7 @@ std::optional<JobCgroup> StageRunner::CreateStageCgroup(const JobWorkspace& ws, 
                                                         std::string& error) const {
   if (!sandbox_ || !sandbox_->cgroups) return std::nullopt;
   const std::string name = ws.job_id() + (stage == v1::STAGE_COMPILE ? "-compile" : "-run");
-  CgroupLimits limits = sandbox_->limits;
-  if (stage != v1::STAGE_COMPILE) limits.cpu_weight = sandbox_->run_cpu_weight;
-  auto created = sandbox_->cgroups->CreateJob(name, limits);
+  auto created = sandbox_->cgroups->CreateJob(name, sandbox_->limits);
   if (!created) {
     error = created.error().message;
     return std::nullopt;

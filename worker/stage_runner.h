@@ -46,8 +46,6 @@ struct SandboxSettings {
   uint64_t tmp_bytes = 1ull << 30;            // Private /tmp and /dev/shm.
   const CgroupRoot* cgroups = nullptr;        // Absent: the host delegates none.
   CgroupLimits limits;
-  // cpu.weight of run stages' groups (compile stages' is limits.cpu_weight).
-  uint32_t run_cpu_weight = 0;
   // Triton's ptxas, run for Triton candidates through the harness's broker.
   std::string ptxas_path;
 };

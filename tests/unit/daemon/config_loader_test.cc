@@ -150,20 +150,11 @@ TEST(ConfigLoaderTest, RunStagesAheadDefaultsToOneAndTheFlagSetsIt) {
   EXPECT_EQ(two->config.run_stages_ahead(), 2u);
 }
 
-TEST(ConfigLoaderTest, RunStageCpuWeightIsOffUnlessSet) {
-  auto config = ApplyConfigDefaults(v1::DaemonConfig(), 4);
-  ASSERT_TRUE(config);
-  EXPECT_EQ(config->run_stage_cpu_weight(), 0u);
-  const auto flag = Parse({"--run-stage-cpu-weight", "1000"});
-  ASSERT_TRUE(flag) << flag.error().message;
-  config = ApplyConfigDefaults(flag->config, 4);
-  ASSERT_TRUE(config);
-  EXPECT_EQ(config->run_stage_cpu_weight(), 1000u);
-  const auto parsed = ParseConfigText("run_stage_cpu_weight: 200\n");
-  ASSERT_TRUE(parsed) << parsed.error().message;
-  config = ApplyConfigDefaults(*parsed, 4);
-  ASSERT_TRUE(config);
-  EXPECT_EQ(config->run_stage_cpu_weight(), 200u);
+// The A/B flag is gone: an old config or command line naming it is refused
+// with the field's name, not silently ignored.
+TEST(ConfigLoaderTest, RunStageCpuWeightIsNoLongerAField) {
+  EXPECT_FALSE(Parse({"--run-stage-cpu-weight", "1000"}));
+  EXPECT_FALSE(ParseConfigText("run_stage_cpu_weight: 200\n"));
 }
 
 // On unless turned off: a stage that cannot be stopped is waited for anyway.
@@ -283,7 +274,6 @@ TEST(ConfigLoaderTest, RejectsOutOfBoundsCounts) {
       {&v1::DaemonConfig::set_max_log_bytes, (1u << 20) + 1, "max_log_bytes"},
       {&v1::DaemonConfig::set_infra_retries, 4, "infra_retries"},
       {&v1::DaemonConfig::set_run_stages_ahead, 4, "run_stages_ahead"},
-      {&v1::DaemonConfig::set_run_stage_cpu_weight, 10'001, "run_stage_cpu_weight"},
       {&v1::DaemonConfig::set_exchange_arena_mib, 65'537, "exchange_arena_mib"},
       {&v1::DaemonConfig::set_reference_cache_max_entries, 1'000'001, "reference_cache_max_entries"},
       {&v1::DaemonConfig::set_reference_cache_ttl_s, 30 * 86400 + 1, "reference_cache_ttl_s"},
