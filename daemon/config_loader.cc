@@ -65,8 +65,6 @@ boost::system::result<v1::DaemonConfig, FieldError> ApplyConfigDefaults(v1::Daem
   if (c.cpu_run_slots() == 0) c.set_cpu_run_slots(1);
   if (!c.has_infra_retries()) c.set_infra_retries(1);
   if (!c.has_run_stages_ahead()) c.set_run_stages_ahead(1);
-  if (!c.has_pause_set_ups_for_quiet()) c.set_pause_set_ups_for_quiet(true);
-  if (!c.has_hand_over_turn()) c.set_hand_over_turn(true);
   if (!c.has_exchange_arena_mib()) c.set_exchange_arena_mib(1024);
   if (c.compile_time_limit_s() == 0) c.set_compile_time_limit_s(300);
   if (c.default_time_limit_s() == 0) c.set_default_time_limit_s(120);
@@ -216,12 +214,6 @@ boost::system::result<CommandLine, FieldError> ParseCommandLine(int argc,
       "run-stages-ahead", po::value<unsigned>()->notifier([&](unsigned n) { stages_ahead = n; }),
       "run stages per device that prepare while another job holds it; 0: none "
       "(docs/run-stages-ahead.md)")(
-      "no-pause-set-ups",
-      "a holder's timing waits for the stages setting up ahead of it to finish, rather than "
-      "stopping them until it is done (docs/run-stages-ahead.md)")(
-      "no-turn-hand-over",
-      "a device's turn passes to the next run stage only once the holder's stage has exited, "
-      "not when its candidate's process is gone (docs/run-stages-ahead.md)")(
       "exchange-arena-mib", po::value<unsigned>()->notifier([&](unsigned n) { arena_mib = n; }),
       "MiB of shared memory per run stage that the candidate's outputs cross to the judge "
       "instead of files; 0: files only (docs/exchange-arena.md)")(
@@ -292,8 +284,6 @@ boost::system::result<CommandLine, FieldError> ParseCommandLine(int argc,
   if (vm.count("cupti-launch-probe")) c.set_cupti_launch_probe(true);
   if (vm.count("no-cupti-launch-probe")) c.set_cupti_launch_probe(false);
   if (vm.count("no-precompiled-header")) c.set_precompiled_header(false);
-  if (vm.count("no-pause-set-ups")) c.set_pause_set_ups_for_quiet(false);
-  if (vm.count("no-turn-hand-over")) c.set_hand_over_turn(false);
   if (vm.count("no-cuda-per-operator-headers")) c.set_cuda_per_operator_headers(false);
   if (cpu_slots) c.set_cpu_run_slots(cpu_slots);
   if (stages_ahead) c.set_run_stages_ahead(*stages_ahead);

@@ -50,8 +50,8 @@ Evaluator::Clock::time_point AtNs(int64_t ns) {
 // it (its set-up, with no other stage ready; else the turn) to the turn
 // handed over (the judge's 'e', when `hand_over` is on) or, without that,
 // now (the stage's end).
-double TurnHeldMs(const TurnGate& gate, bool hand_over) {
-  const int64_t done = hand_over ? gate.done_with_device_ns() : 0;
+double TurnHeldMs(const TurnGate& gate) {
+  const int64_t done = gate.done_with_device_ns();
   return std::max(0.0, MsBetween(AtNs(gate.device_time_from_ns()),
                                  done != 0 ? AtNs(done) : Evaluator::Clock::now()));
 }
@@ -660,16 +660,15 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
     // The judge's notes move its ticket: set-up over, quiet asked, quiet over.
     const auto open_notes = [&] {
       TurnGate* const g = gate.get();
-      const bool hand_over = config_.hand_over_turn();
       return gate->OpenNotes(notes_path, judge_uid, judge_gid,
-                             [&turn, g, hand_over](char note) {
+                             [&turn, g](char note) {
         if (note == 'r') {
           turn->SetUpDone();
         } else if (note == 'q') {
           turn->AskQuiet([g] { g->GiveQuiet(); });
         } else if (note == 'd') {
           turn->EndQuiet();
-        } else if (note == 'e' && hand_over) {
+        } else if (note == 'e') {
           // Done with the device: its verdict needs no device probe (the
           // judge sends 'e' only for a correct or incorrect candidate) and
           // the candidate's process is gone. If kboxd still finds something
@@ -688,7 +687,7 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
       }
       run_spec.set_device_turn_path(turn_path.string());
       run_spec.set_device_notes_path(notes_path.string());
-      run_spec.set_hand_over_turn(config_.hand_over_turn());
+      run_spec.set_hand_over_turn(true);
       placement.turn_granted_ns = gate->granted_ns();
       // time_limit_s is the candidate's: it counts once the judge's set-up
       // is over too, which has its own limit (a busy host's slow start).
@@ -700,10 +699,10 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
           std::chrono::seconds((config_.max_time_limit_s() + 60) * config_.run_stages_ahead());
     }
     // A holder's quiet pauses this stage while it sets up, rather than
-    // waiting for it (device_turns.h); off: it is waited for.
+    // waiting for it (device_turns.h).
     const auto pausable = std::make_shared<PausableGroup>();
     DeviceTurns::Pauser pauser;
-    if (gate && config_.pause_set_ups_for_quiet()) {
+    if (gate) {
       placement.pausable = pausable.get();
       const std::optional<uint32_t> metric_gpu =
           gpu_backend ? std::optional<uint32_t>(slot) : std::nullopt;
@@ -757,7 +756,7 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
     double waited_ms = 0;
     if (gate && gate->given()) {
       waited_ms = std::max(0.0, MsBetween(started, AtNs(gate->device_time_from_ns())));
-      durations->set_device_turn_ms(TurnHeldMs(*gate, config_.hand_over_turn()));
+      durations->set_device_turn_ms(TurnHeldMs(*gate));
       durations->set_turn_set_up_wait_ms(TurnSetUpWaitMs(*gate));
     }
     double run_ms = ran.process.wall_ms - waited_ms;
@@ -791,7 +790,7 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
       trace.run_cpu_ms += ran.process.cpu_ms;
       ran = runner_.Run(*ws, run_spec, placement);
       run_ms += ran.process.wall_ms;
-      durations->set_device_turn_ms(durations->device_turn_ms() + TurnHeldMs(*gate, config_.hand_over_turn()));
+      durations->set_device_turn_ms(durations->device_turn_ms() + TurnHeldMs(*gate));
       durations->set_turn_set_up_wait_ms(durations->turn_set_up_wait_ms() + TurnSetUpWaitMs(*gate));
     }
     trace.run_cpu_ms += ran.process.cpu_ms;

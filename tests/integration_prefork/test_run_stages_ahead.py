@@ -183,18 +183,15 @@ def metric_value(port, name, labels):
     return total
 
 
-@pytest.mark.parametrize("pause", [True, False])
-def test_the_holders_quiet_pauses_a_stage_still_setting_up(pause):
+def test_the_holders_quiet_pauses_a_stage_still_setting_up():
     # Job a holds the device and asks for its quiet while job b's stage, set
-    # up ahead, is still importing its slow reference. With pausing (the
-    # default) b's stage is stopped (SIGSTOP, every thread confirmed) and a
-    # times at once; with --no-pause-set-ups a waits for b's set-up to end.
-    # Both get their verdicts either way.
-    flags = ["--preforked-run-stage"] + ([] if pause else ["--no-pause-set-ups"])
-    with it.own_kboxd("kbox-ahead-pause-it-", CONFIG, flags) as (_, port, _):
+    # up ahead, is still importing its slow reference: b's stage is stopped
+    # (SIGSTOP, every thread confirmed) and a times at once, without waiting
+    # for b's set-up (over 5 s here). Both get their verdicts.
+    with it.own_kboxd("kbox-ahead-pause-it-", CONFIG, ["--preforked-run-stage"]) as (_, port, _):
         def evaluate_after(delay, name, reference):
             time.sleep(delay)
-            return evaluate(port, "ahead-pause-%s-%s" % (pause, name), reference, FAST_CANDIDATE, True)
+            return evaluate(port, "ahead-pause-" + name, reference, FAST_CANDIDATE, True)
 
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
             a = pool.submit(evaluate_after, 0, "a", REFERENCE)
@@ -205,12 +202,8 @@ def test_the_holders_quiet_pauses_a_stage_still_setting_up(pause):
             assert r["candidate_timing"]["count"] > 0
         quiet_wait_ms = first["durations"]["run_phases_ms"]["quiet_wait"]
         stopped = metric_value(port, "kbox_set_up_pauses_total", ['result="stopped"'])
-        if pause:
-            assert stopped >= 1, stopped
-            assert quiet_wait_ms < 3000, first["durations"]
-        else:
-            assert stopped == 0, stopped
-            assert quiet_wait_ms > 5000, first["durations"]
+        assert stopped >= 1, stopped
+        assert quiet_wait_ms < 3000, first["durations"]
 
 
 def test_the_time_limit_counts_from_the_end_of_set_up():
@@ -250,30 +243,22 @@ class ModelNew(nn.Module):
 '''
 
 
-@pytest.mark.parametrize("hand_over", [True, False])
-def test_a_judged_holder_hands_the_turn_over_before_its_stage_exits(hand_over):
+def test_a_judged_holder_hands_the_turn_over_before_its_stage_exits():
     # A holder whose candidate was judged (correct or incorrect) and whose
     # process is gone sends 'e' (run_stage._hand_over_turn): the device's
     # turn passes on then, not at its stage's exit. device_turn_ms ends at
     # the hand-over, run_ms at the exit. A candidate that failed keeps the
-    # turn to the end (a device probe may be due), as does every stage with
-    # the hand-over turned off.
-    flags = [] if hand_over else ["--no-turn-hand-over"]
-    with it.own_kboxd("kbox-ahead-hand-over-it-", CONFIG, flags) as (_, port, _):
+    # turn to the end (a device probe may be due).
+    with it.own_kboxd("kbox-ahead-hand-over-it-", CONFIG, []) as (_, port, _):
         jobs = [("a", FAST_CANDIDATE), ("b", FAST_CANDIDATE), ("c", RAISING_CANDIDATE)]
         with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:
             a, b, c = pool.map(lambda job: evaluate(
-                port, "hand-over-%s-%s" % (hand_over, job[0]), REFERENCE, job[1], False, trials=1),
-                jobs)
+                port, "hand-over-" + job[0], REFERENCE, job[1], False, trials=1), jobs)
         for r in (a, b):
             assert r["status"] == "CORRECT", it.describe(r)
             d = r["durations"]
-            # The judge cleans up for the hand-over only when kboxd takes it.
-            assert ("hand_over" in d["run_phases_ms"]) == hand_over, d
-            if hand_over:
-                assert 0 < d["device_turn_ms"] < d["run_ms"], d
-            else:
-                assert d["device_turn_ms"] >= d["run_ms"] - 1, d
+            assert "hand_over" in d["run_phases_ms"], d
+            assert 0 < d["device_turn_ms"] < d["run_ms"], d
         assert c["status"] == "RUNTIME_ERROR", it.describe(c)
         d = c["durations"]
         assert "hand_over" not in d["run_phases_ms"], d

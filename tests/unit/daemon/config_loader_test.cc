@@ -150,34 +150,15 @@ TEST(ConfigLoaderTest, RunStagesAheadDefaultsToOneAndTheFlagSetsIt) {
   EXPECT_EQ(two->config.run_stages_ahead(), 2u);
 }
 
-// The A/B flag is gone: an old config or command line naming it is refused
-// with the field's name, not silently ignored.
-TEST(ConfigLoaderTest, RunStageCpuWeightIsNoLongerAField) {
+// Switches whose A/B is decided are gone: a config or command line that
+// still names one is refused, not silently ignored.
+TEST(ConfigLoaderTest, DecidedSwitchesAreRefused) {
+  EXPECT_FALSE(Parse({"--no-pause-set-ups"}));
+  EXPECT_FALSE(Parse({"--no-turn-hand-over"}));
+  EXPECT_FALSE(ParseConfigText("pause_set_ups_for_quiet: false\n"));
+  EXPECT_FALSE(ParseConfigText("hand_over_turn: false\n"));
   EXPECT_FALSE(Parse({"--run-stage-cpu-weight", "1000"}));
   EXPECT_FALSE(ParseConfigText("run_stage_cpu_weight: 200\n"));
-}
-
-// On unless turned off: a stage that cannot be stopped is waited for anyway.
-TEST(ConfigLoaderTest, PausingSetUpsForTheQuietIsOnUnlessTurnedOff) {
-  auto config = ApplyConfigDefaults(v1::DaemonConfig(), 4);
-  ASSERT_TRUE(config);
-  EXPECT_TRUE(config->pause_set_ups_for_quiet());
-  const auto flag = Parse({"--no-pause-set-ups"});
-  ASSERT_TRUE(flag) << flag.error().message;
-  config = ApplyConfigDefaults(flag->config, 4);
-  ASSERT_TRUE(config);
-  EXPECT_FALSE(config->pause_set_ups_for_quiet());
-}
-
-TEST(ConfigLoaderTest, HandingTheTurnOverIsOnUnlessTurnedOff) {
-  auto config = ApplyConfigDefaults(v1::DaemonConfig(), 4);
-  ASSERT_TRUE(config);
-  EXPECT_TRUE(config->hand_over_turn());
-  const auto flag = Parse({"--no-turn-hand-over"});
-  ASSERT_TRUE(flag) << flag.error().message;
-  config = ApplyConfigDefaults(flag->config, 4);
-  ASSERT_TRUE(config);
-  EXPECT_FALSE(config->hand_over_turn());
 }
 
 // 1 GiB unless set; 0 (files only) is kept, not replaced by the default.
