@@ -89,7 +89,6 @@ boost::system::result<v1::DaemonConfig, FieldError> ApplyConfigDefaults(v1::Daem
   if (!c.has_light_headers()) c.set_light_headers(true);
   if (!c.has_precompiled_header()) c.set_precompiled_header(true);
   if (!c.has_cuda_per_operator_headers()) c.set_cuda_per_operator_headers(true);
-  if (!c.has_cupti_launch_probe()) c.set_cupti_launch_probe(true);
   if (!c.has_reference_cache_enabled()) c.set_reference_cache_enabled(true);
   if (c.reference_cache_max_entries() == 0) c.set_reference_cache_max_entries(10000);
   if (c.reference_cache_ttl_s() == 0) c.set_reference_cache_ttl_s(86400);
@@ -200,10 +199,6 @@ boost::system::result<CommandLine, FieldError> ParseCommandLine(int argc,
       "no-light-headers",
       "compile extensions exactly as asked, never first against the light "
       "<torch/extension.h> (docs/compile-speed.md)")(
-      "cupti-launch-probe",
-      "probe kernel launches through CUPTI's callback API (the default; docs/anticheat.md)")(
-      "no-cupti-launch-probe",
-      "probe kernel launches with torch.profiler, not CUPTI's callback API (docs/anticheat.md)")(
       "no-cuda-per-operator-headers",
       "light tries compile CUDA sources against the whole of ATen, not per-operator headers "
       "(docs/compile-speed.md)")(
@@ -281,8 +276,6 @@ boost::system::result<CommandLine, FieldError> ParseCommandLine(int argc,
   if (vm.count("preforked-run-stage")) c.set_preforked_run_stage(true);
   if (vm.count("preforked-compile-stage")) c.set_preforked_compile_stage(true);
   if (vm.count("no-light-headers")) c.set_light_headers(false);
-  if (vm.count("cupti-launch-probe")) c.set_cupti_launch_probe(true);
-  if (vm.count("no-cupti-launch-probe")) c.set_cupti_launch_probe(false);
   if (vm.count("no-precompiled-header")) c.set_precompiled_header(false);
   if (vm.count("no-cuda-per-operator-headers")) c.set_cuda_per_operator_headers(false);
   if (cpu_slots) c.set_cpu_run_slots(cpu_slots);

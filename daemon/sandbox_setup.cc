@@ -131,14 +131,14 @@ boost::system::result<SandboxRuntime, SandboxError> SetUpSandbox(const v1::Daemo
   ro.insert(ro.end(), host.probe.python_paths().begin(), host.probe.python_paths().end());
   ro.insert(ro.end(), config.sandbox_ro_paths().begin(), config.sandbox_ro_paths().end());
   ro.push_back(config.harness_dir());
-  if (config.cupti_launch_probe()) {
+  {
     // The one file, not kboxd's directory: the candidate's process loads it.
     const fs::path probe = fs::path(s.binary).parent_path() / "libkbox_launch_probe.so";
     if (fs::exists(probe, ec)) {
       rt.launch_probe_library = probe.string();
       ro.push_back(rt.launch_probe_library);
     } else {
-      std::cerr << "kboxd: cupti_launch_probe: " << probe.string()
+      std::cerr << "kboxd: " << probe.string()
                 << " is missing; the kernel-launch probe uses torch.profiler" << std::endl;
     }
   }

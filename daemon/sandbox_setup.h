@@ -29,7 +29,7 @@ struct SandboxRuntime {
   std::unique_ptr<CgroupRoot> cgroups;  // Stable address: settings point at it.
   std::string strict_filter_path;       // BPF of run_strict.policy, read by the harness.
   // libkbox_launch_probe.so beside kbox-sandbox, bound read-only into the
-  // sandboxes, when cupti_launch_probe is on and it is there; else empty.
+  // sandboxes, when it is there; else empty.
   std::string launch_probe_library;
   bool scratch_capped = false;          // Jobs get a size-capped tmpfs.
   std::string description;              // For /v1/info and the log.

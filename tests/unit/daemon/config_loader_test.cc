@@ -159,6 +159,8 @@ TEST(ConfigLoaderTest, DecidedSwitchesAreRefused) {
   EXPECT_FALSE(ParseConfigText("hand_over_turn: false\n"));
   EXPECT_FALSE(Parse({"--run-stage-cpu-weight", "1000"}));
   EXPECT_FALSE(ParseConfigText("run_stage_cpu_weight: 200\n"));
+  EXPECT_FALSE(Parse({"--no-cupti-launch-probe"}));
+  EXPECT_FALSE(ParseConfigText("cupti_launch_probe: false\n"));
 }
 
 // 1 GiB unless set; 0 (files only) is kept, not replaced by the default.
@@ -529,29 +531,6 @@ TEST(ConfigLoaderTest, HelpFlagAsksForHelp) {
   ASSERT_TRUE(cl);
   EXPECT_TRUE(cl->show_help);
   EXPECT_NE(cl->help_text.find("--listen"), std::string::npos);
-}
-
-// The CUPTI launch probe is on (its GPU suite matched the profiler's
-// verdicts) unless turned off; an explicit false survives the defaults.
-TEST(ConfigLoaderTest, CuptiLaunchProbeIsOnUnlessTurnedOff) {
-  const auto plain = Parse({});
-  ASSERT_TRUE(plain);
-  const auto plain_config = ApplyConfigDefaults(plain->config, 4);
-  ASSERT_TRUE(plain_config);
-  EXPECT_TRUE(plain_config->cupti_launch_probe());
-  const auto on = Parse({"--cupti-launch-probe"});
-  ASSERT_TRUE(on);
-  EXPECT_TRUE(on->config.cupti_launch_probe());
-  const auto off = Parse({"--no-cupti-launch-probe"});
-  ASSERT_TRUE(off);
-  const auto off_config = ApplyConfigDefaults(off->config, 4);
-  ASSERT_TRUE(off_config);
-  EXPECT_FALSE(off_config->cupti_launch_probe());
-  const auto text = ParseConfigText("cupti_launch_probe: false\n");
-  ASSERT_TRUE(text);
-  const auto config = ApplyConfigDefaults(*text, 4);
-  ASSERT_TRUE(config);
-  EXPECT_FALSE(config->cupti_launch_probe());
 }
 
 // The set-up's own limit: 180 s unless set, at most an hour.
