@@ -117,6 +117,16 @@ def test_where_tf32_may_round_the_error_is_measured_on_ieee_fp32(monkeypatch):
     assert (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32) == tf32_before
 
 
+def test_half_precision_outputs_get_no_allowance():
+    class Half(torch.nn.Module):
+        def forward(self, x):
+            return x.sum(dim=1, keepdim=True).half()
+
+    x = [64 * torch.randn(8, 4096)]
+    ref = Half()
+    assert rounding.RoundingAllowance(_Stage()).allowance(ref, x, ref(*x)) is None
+
+
 def test_outputs_that_cannot_be_paired_give_none():
     assert compare.rounding_error((torch.ones(3),), (torch.ones(3), torch.ones(3))) is None
     assert compare.rounding_error(torch.ones(3), torch.ones(4)) is None

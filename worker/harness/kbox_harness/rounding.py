@@ -41,6 +41,14 @@ def _to_float64(x):
     return x
 
 
+def _single_or_double(ref_out):
+    """Whether every floating-point output is fp32 or fp64: a half-precision
+    task's tolerance (1e-2) already covers rounding, and 32 times fp16's
+    error would let bfloat16 (8 times coarser) pass as fp16."""
+    floats = [r for r in compare.flatten(ref_out) if isinstance(r, torch.Tensor) and r.is_floating_point()]
+    return bool(floats) and all(r.dtype in (torch.float32, torch.float64) for r in floats)
+
+
 class RoundingAllowance(object):
     """Compares a candidate's output with the reference's, allowing the
     reference's own rounding error (see the module's doc). `stage` is the
@@ -77,6 +85,8 @@ class RoundingAllowance(object):
         """FACTOR x the reference's rounding error on x, or None (no float64
         run possible, nothing to pair, or more than MAX_SHARE of the
         output's largest magnitude)."""
+        if not _single_or_double(ref_out):
+            return None
         t0 = timing.now_ms()
         try:
             model64 = self._copy(ref_model, torch.float64)
