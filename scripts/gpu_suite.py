@@ -62,14 +62,23 @@ def evaluate(server, reference, candidate, backend, **extra):
         return json.load(resp)
 
 
+def gpu_of(result):
+    """The index of the GPU whose run stage served `result`, from its
+    fingerprint (proto3's JSON leaves out index 0), or None: a CPU job, or
+    one that ended before its run stage."""
+    fingerprint = result.get("fingerprint")
+    if fingerprint is None or fingerprint.get("device_name", "cpu") == "cpu":
+        return None
+    if not (result.get("durations") or {}).get("run_ms"):
+        return None
+    return int(fingerprint.get("device_index", 0))
+
+
 def describe(result):
     d = result.get("durations", {})
     speed = result.get("speedup", 0)
     rejects = sorted({v["rule_id"] for v in result.get("verdicts", []) if v.get("severity") == "REJECT"})
-    fingerprint = result.get("fingerprint")
-    # proto3's JSON leaves out device_index 0.
-    on_gpu = fingerprint is not None and fingerprint.get("device_name", "cpu") != "cpu" and d.get("run_ms")
-    gpu = (" gpu%d" % int(fingerprint.get("device_index", 0))) if on_gpu else ""
+    gpu = (" gpu%d" % gpu_of(result)) if gpu_of(result) is not None else ""
     return "%s rewardable=%s%s speedup=%s static=%.2fms compile=%.1fs queue=%.1fs run=%.1fs%s | %s" % (
         result.get("status"), str(result.get("rewardable")).lower(), gpu,
         ("%.2fx" % speed) if speed else "-", d.get("static_ms", 0), d.get("compile_ms", 0) / 1000,

@@ -373,16 +373,13 @@ def verdict(value, target, higher_is_better=True):
 
 
 def jobs_by_gpu(done):
-    """{gpu index: jobs whose run stage that GPU served}, from each result's
-    fingerprint (proto3's JSON leaves out index 0). Cache hits count too: the
-    run stage runs again on every job."""
+    """{gpu index: jobs whose run stage that GPU served} (gpu_suite.gpu_of).
+    Cache hits count too: the run stage runs again on every job."""
     counts = {}
     for r in done:
-        fingerprint = r["result"].get("fingerprint")
-        if fingerprint is None or fingerprint.get("device_name", "cpu") == "cpu" or not reached(r, "run_ms"):
-            continue
-        index = int(fingerprint.get("device_index", 0))
-        counts[index] = counts.get(index, 0) + 1
+        index = gpu_suite.gpu_of(r["result"])
+        if index is not None:
+            counts[index] = counts.get(index, 0) + 1
     return counts
 
 
