@@ -184,6 +184,20 @@ ApiHandler::Route ApiHandler::Resolve(const HttpRequest& req, const std::string&
       res.prepare_payload();
       metrics_.RecordResponse(200);
     }
+  } else if (target == "/v1/builds") {
+    if (config_.role() == v1::ROLE_RUN) {
+      res = Error(http::status::not_found, "path",
+                  "this kboxd serves no builds (role run); its compile tier is " + config_.compile_endpoint());
+    } else if (only(http::verb::post)) {
+      if (!draining_.load()) return Route::kBuild;
+      const auto encoding = EncodingFromContentType(std::string(req[http::field::content_type]));
+      res = Unavailable("kboxd is draining (shutting down); ask another compile node",
+                        encoding ? *encoding : Encoding::kJson);
+    }
+  } else if (config_.role() == v1::ROLE_COMPILE &&
+             (target == "/v1/evaluate" || target == "/v1/jobs" || target.starts_with("/v1/jobs/"))) {
+    res = Error(http::status::not_found, "path",
+                "this kboxd only builds (role compile): send jobs to a run- or all-role kboxd");
   } else if (target == "/v1/evaluate") {
     if (only(http::verb::post)) {
       if (!draining_.load()) return Route::kEvaluate;
@@ -223,6 +237,9 @@ awaitable<HttpResponse> ApiHandler::Handle(HttpRequest req) {
       break;
     case Route::kGetJob:
       res = co_await GetJob(req, target.substr(9), caller);
+      break;
+    case Route::kBuild:
+      res = co_await ServeBuild(req, caller);
       break;
   }
   res.keep_alive(keep_alive);
@@ -308,6 +325,42 @@ awaitable<HttpResponse> ApiHandler::Check(const HttpRequest& req) {
   co_return Reply(http::status::ok, response, *encoding);
 }
 
+awaitable<HttpResponse> ApiHandler::ServeBuild(const HttpRequest& req, const Caller& caller) {
+  auto encoding = EncodingFromContentType(std::string(req[http::field::content_type]));
+  if (!encoding) {
+    co_return Error(http::status::unsupported_media_type, encoding.error().field,
+                    encoding.error().message);
+  }
+  const auto request_ptr = std::make_unique<v1::BuildRequest>();  // As in Evaluate.
+  v1::BuildRequest& request = *request_ptr;
+  if (auto decoded = DecodeMessage(req.body(), *encoding, request); !decoded) {
+    co_return Error(http::status::bad_request, decoded.error().field, decoded.error().message,
+                    *encoding);
+  }
+  auto job = policy_.ResolveJob(request.job());
+  if (!job) {
+    co_return Error(http::status::bad_request, "job." + job.error().field,
+                    job.error().field + " " + job.error().message, *encoding);
+  }
+  // A build counts as a job against max_in_flight_jobs: a full compile node
+  // answers 429 and the run node asks again or builds itself.
+  JobAdmission::Lease lease;
+  if (HttpResponse refusal; !AdmitOne(caller, *encoding, lease, refusal)) co_return refusal;
+  const auto answer_ptr = std::make_unique<Evaluator::BuildAnswer>(co_await boost::asio::co_spawn(
+      job_pool_,
+      [&]() -> awaitable<Evaluator::BuildAnswer> {
+        co_return evaluator_.Build(request, job->settings, job->anticheat, caller.token);
+      },
+      boost::asio::use_awaitable));
+  lease.Release();
+  const Evaluator::BuildAnswer& answer = *answer_ptr;
+  if (!answer.response) {
+    co_return Error(static_cast<http::status>(answer.refusal_status), answer.refusal_field,
+                    answer.refusal, *encoding);
+  }
+  co_return Reply(http::status::ok, *answer.response, *encoding);
+}
+
 HttpResponse ApiHandler::Unavailable(const std::string& message, Encoding encoding) const {
   HttpResponse res = Error(http::status::service_unavailable, "", message, encoding);
   res.set(http::field::retry_after, kRetryAfterSeconds);
@@ -320,7 +373,7 @@ HttpResponse ApiHandler::Ready() const {
   std::string reason;
   if (draining_.load()) {
     reason = "draining: kboxd is shutting down";
-  } else if (!evaluator_.HasServingRunSlot(cpu, gpu)) {
+  } else if (config_.role() != v1::ROLE_COMPILE && !evaluator_.HasServingRunSlot(cpu, gpu)) {
     reason = "no run slot on a healthy device: every GPU is quarantined until its probe passes";
   }
   HttpResponse res(reason.empty() ? http::status::ok : http::status::service_unavailable, 11);
@@ -348,6 +401,7 @@ HttpResponse ApiHandler::Info(const Caller& caller) const {
   }
   *info.mutable_software() = HostFingerprint(host);
   info.set_compile_workers(config_.compile_workers());
+  info.set_role(config_.role() == v1::ROLE_COMPILE ? "compile" : config_.role() == v1::ROLE_RUN ? "run" : "all");
   info.set_cpu_run_slots(config_.cpu_run_slots());
   info.set_max_in_flight_jobs(config_.max_in_flight_jobs());
   info.set_jobs_in_flight(admission_.in_flight());

@@ -3,8 +3,10 @@
 // Routes kboxd's HTTP API: GET /healthz (liveness), GET /readyz (readiness:
 // 200 {"ready":true} while a run slot on a healthy device can take jobs and
 // kboxd is not draining, else 503 {"ready":false,"reason":...}), GET /v1/info, GET /metrics,
-// POST /v1/evaluate, POST /v1/check, and the asynchronous POST /v1/jobs and
-// GET /v1/jobs/<id> (api_jobs.cc); docs/api.md describes each. Every non-2xx
+// POST /v1/evaluate, POST /v1/check, the asynchronous POST /v1/jobs and
+// GET /v1/jobs/<id> (api_jobs.cc), and POST /v1/builds, the compile tier's
+// (docs/compile-tier.md); docs/api.md describes each. A compile-role kboxd
+// takes no jobs; a run-role one serves no builds. Every non-2xx
 // answer carries an ErrorResponse naming the offending field.
 //
 // With API tokens (api_tokens.h), every request but the health endpoints and
@@ -87,7 +89,7 @@ class ApiHandler {
   // endpoint that does not wait, and every refusal), or a coroutine to await.
   // (Not a coroutine itself, so that Handle's frame stays small: GCC 12 draws
   // a false -Wmismatched-new-delete for large coroutines.)
-  enum class Route { kAnswered, kEvaluate, kCheck, kGetJob };
+  enum class Route { kAnswered, kEvaluate, kCheck, kGetJob, kBuild };
   Route Resolve(const HttpRequest& request, const std::string& target, Caller& caller,
                 HttpResponse& res);
   // Whether `target` needs a token under this configuration.
@@ -99,6 +101,8 @@ class ApiHandler {
                     HttpResponse& refusal) const;
   boost::asio::awaitable<HttpResponse> Evaluate(const HttpRequest& request, const Caller& caller);
   boost::asio::awaitable<HttpResponse> Check(const HttpRequest& request);
+  // POST /v1/builds on a compile (or all) role kboxd (docs/compile-tier.md).
+  boost::asio::awaitable<HttpResponse> ServeBuild(const HttpRequest& request, const Caller& caller);
   HttpResponse Submit(const HttpRequest& request, const Caller& caller);
   boost::asio::awaitable<HttpResponse> GetJob(const HttpRequest& request, std::string job_id,
                                               const Caller& caller);

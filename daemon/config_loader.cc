@@ -13,6 +13,8 @@
 #include <sstream>
 #include <string_view>
 
+#include "clients/http_client.h"
+
 namespace kbox {
 namespace po = boost::program_options;
 
@@ -163,6 +165,24 @@ boost::system::result<v1::DaemonConfig, FieldError> ApplyConfigDefaults(v1::Daem
     return FieldError{c.tls_cert_file().empty() ? "tls_cert_file" : "tls_key_file",
                       "tls_cert_file and tls_key_file are set together or not at all"};
   }
+  if (c.role() == v1::ROLE_UNSPECIFIED) c.set_role(v1::ROLE_ALL);
+  if (c.remote_build_timeout_s() == 0) c.set_remote_build_timeout_s(c.compile_time_limit_s() + 60);
+  if (!c.compile_endpoint().empty()) {
+    if (c.role() == v1::ROLE_COMPILE) {
+      return FieldError{"compile_endpoint", "is for run and all roles; a compile-role kboxd builds itself"};
+    }
+    if (auto url = ParseServerUrl(c.compile_endpoint()); !url) {
+      return FieldError{"compile_endpoint", url.error().message};
+    }
+  } else if (c.role() == v1::ROLE_RUN) {
+    return FieldError{"compile_endpoint", "is required with role run"};
+  }
+  if (!c.compile_token_file().empty() && c.compile_endpoint().empty()) {
+    return FieldError{"compile_token_file", "needs compile_endpoint"};
+  }
+  if (c.role() == v1::ROLE_COMPILE && c.build_cache_max_bytes() == 0) {
+    return FieldError{"build_cache_max_bytes", "must be above 0 with role compile: builds are served from the cache"};
+  }
   for (const auto& b : c.backends()) {
     if (b != "cpu" && b != "cuda" && b != "triton") {
       return FieldError{"backends", "unknown backend '" + b + "' (cpu, cuda, triton)"};
@@ -176,6 +196,7 @@ boost::system::result<CommandLine, FieldError> ParseCommandLine(int argc,
   std::string config_path, listen, python, work_dir, harness_dir;
   std::string api_tokens_file, tls_cert_file, tls_key_file, job_store_dir;
   unsigned cpu_slots = 0, compile_workers = 0, max_in_flight = 0;
+  std::string role, compile_endpoint, compile_token_file;
   std::optional<unsigned> stages_ahead;
   std::optional<unsigned> arena_mib;
   std::vector<unsigned> gpus;
@@ -213,6 +234,13 @@ boost::system::result<CommandLine, FieldError> ParseCommandLine(int argc,
       "MiB of shared memory per run stage that the candidate's outputs cross to the judge "
       "instead of files; 0: files only (docs/exchange-arena.md)")(
       "compile-workers", po::value(&compile_workers), "compile stages at once")(
+      "role", po::value(&role),
+      "all (compile and run, the default), compile (serve builds to run nodes) or run (send "
+      "builds to --compile-endpoint); docs/compile-tier.md")(
+      "compile-endpoint", po::value(&compile_endpoint),
+      "http://HOST:PORT of compile-role kboxds that build this daemon's jobs")(
+      "compile-token-file", po::value(&compile_token_file),
+      "file whose first line is the API token for --compile-endpoint")(
       "max-in-flight-jobs", po::value(&max_in_flight), "jobs accepted at once")(
       "gpu", po::value(&gpus)->multitoken(), "GPU index to use (repeatable); default: all")(
       "backend", po::value(&backends)->multitoken(), "backend to serve (repeatable)")(
@@ -282,6 +310,21 @@ boost::system::result<CommandLine, FieldError> ParseCommandLine(int argc,
   if (stages_ahead) c.set_run_stages_ahead(*stages_ahead);
   if (arena_mib) c.set_exchange_arena_mib(*arena_mib);
   if (compile_workers) c.set_compile_workers(compile_workers);
+  if (!role.empty()) {
+    if (role == "all") {
+      c.set_role(v1::ROLE_ALL);
+    } else if (role == "compile") {
+      c.set_role(v1::ROLE_COMPILE);
+    } else if (role == "run") {
+      c.set_role(v1::ROLE_RUN);
+    } else {
+      return FieldError{"--role", "must be all, compile or run, not '" + role + "'"};
+    }
+  }
+  if (!compile_endpoint.empty()) c.set_compile_endpoint(compile_endpoint);
+  if (!compile_token_file.empty()) {
+    c.set_compile_token_file(std::filesystem::absolute(compile_token_file).string());
+  }
   if (max_in_flight) c.set_max_in_flight_jobs(max_in_flight);
   if (!gpus.empty()) {
     c.clear_gpus();

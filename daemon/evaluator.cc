@@ -150,17 +150,6 @@ std::string ToolchainFingerprint(const v1::DaemonConfig& config, const HostInfo&
   return out;
 }
 
-// Whether the compile stage wrote nothing but its build directory. Its
-// other writable directories are not cached, so a build that left anything
-// there (for the run stage to find) is not cached either.
-bool OnlyBuildDirWritten(const JobWorkspace& ws) {
-  for (const fs::path& dir : {ws.home_dir(), ws.triton_dir(), ws.tmp_dir()}) {
-    std::error_code ec;
-    if (!fs::is_empty(dir, ec) || ec) return false;
-  }
-  return true;
-}
-
 // Each device once per lane: the stage holding the device's turn, and each
 // stage that may prepare ahead of it. Devices first, so jobs spread over the
 // devices before two share one.
@@ -220,7 +209,10 @@ Evaluator::Evaluator(const v1::DaemonConfig& config, HostInfo host, std::vector<
       gpus_(gpus),
       cuda_arch_list_(ArchList(host_, gpus)),
       build_cache_(build_cache) {
-  if (build_cache_) toolchain_ = ToolchainFingerprint(config_, host_, runner_.settings());
+  // The tier's builds are keyed as the cache's, cache or no cache here.
+  if (build_cache_ || !config_.compile_endpoint().empty()) {
+    toolchain_ = ToolchainFingerprint(config_, host_, runner_.settings());
+  }
   if (config_.reference_cache_enabled()) {
     reference_cache_.emplace(ReferenceCache::Options{
         .max_entries = config_.reference_cache_max_entries(),
@@ -314,6 +306,19 @@ v1::StageSpec Evaluator::MakeSpec(const JobWorkspace& ws, const v1::EffectiveSet
     if (s.backend() == v1::BACKEND_TRITON) spec.set_ptxas_path(sandbox_.settings->ptxas_path);
   }
   return spec;
+}
+
+StageOutcome Evaluator::RunCompileStage(const JobWorkspace& ws, const v1::EffectiveSettings& settings,
+                                        const std::string& cuda_arch, bool report_sources,
+                                        uint32_t worker) {
+  StagePlacement placement;
+  placement.cancel = &cancelled_;
+  placement.cuda_arch = cuda_arch;
+  placement.wall_limit = std::chrono::seconds(config_.compile_time_limit_s());
+  if (config_.preforked_compile_stage()) placement.zygote_slot = CompileZygoteSlot(worker);
+  v1::StageSpec spec = MakeSpec(ws, settings, v1::STAGE_COMPILE);
+  spec.set_report_extension_sources(report_sources);
+  return runner_.Run(ws, spec, placement);
 }
 
 std::string Evaluator::OfferCachedReference(const v1::EvaluateRequest& request,
@@ -525,15 +530,17 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
   // Acquire while one of them compiles (never holding a compile slot).
   std::optional<BuildCache::Flight> flight;
   std::string cache_key;
-  bool restored = false;
-  if (build_cache_ && !deferred) {
-    const auto looked_up = Clock::now();
+  if ((build_cache_ || tier_) && !deferred) {
     cache_key = BuildCacheKey(BuildKeyInputs{.candidate_source = request.candidate_source(),
                                              .reference_source = request.reference_source(),
                                              .backend = v1::Backend_Name(settings.backend()),
                                              .precision = v1::Precision_Name(settings.precision()),
                                              .cuda_arch_list = compile_arch,
                                              .toolchain = toolchain_});
+  }
+  bool restored = false;
+  if (build_cache_ && !deferred) {
+    const auto looked_up = Clock::now();
     flight.emplace(build_cache_->Acquire(cache_key));
     if (hold_back() || shutting_down()) return;
     if (flight->role() == BuildCache::Flight::Role::kHit) {
@@ -551,20 +558,33 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
     }
     metrics_.RecordBuildCacheLookup(restored);
   }
-  if (!restored) {
+  // The compile tier (compile_tier.cc): a build from there is written into
+  // the build dir as a restored one is, and cached here as a local one.
+  // A job whose sources are checked as its compile stage reports them
+  // builds here, where that report is read.
+  bool built_on_tier = false;
+  if (!restored && tier_ && !deferred) {
+    if (hold_back() || shutting_down()) return;
+    began = true;
+    switch (BuildOnTier(request, compile_arch, cache_key, *ws, options.owner_uid, options.owner_gid,
+                        result, output)) {
+      case TierOutcome::kEnded:
+        trace.compiled = true;
+        return;
+      case TierOutcome::kBuilt:
+        built_on_tier = true;
+        trace.compiled = true;
+        if (flight) flight->Finish(build_cache_->Insert(cache_key, ws->build_dir(), output).stored());
+        break;
+      case TierOutcome::kFallback:
+        break;
+    }
+  }
+  if (!restored && !built_on_tier) {
     auto compile_slot = compile_slots_.Acquire(tenant);
     if (hold_back() || shutting_down()) return;
     began = true;
-    StagePlacement placement;
-    placement.cancel = &cancelled_;
-    placement.cuda_arch = compile_arch;
-    placement.wall_limit = std::chrono::seconds(config_.compile_time_limit_s());
-    if (config_.preforked_compile_stage()) {
-      placement.zygote_slot = CompileZygoteSlot(compile_slot.slot());
-    }
-    v1::StageSpec compile_spec = MakeSpec(*ws, settings, v1::STAGE_COMPILE);
-    compile_spec.set_report_extension_sources(deferred);
-    StageOutcome compiled = runner_.Run(*ws, compile_spec, placement);
+    StageOutcome compiled = RunCompileStage(*ws, settings, compile_arch, deferred, compile_slot.slot());
     durations->set_compile_ms(compiled.process.wall_ms);
     trace.compile_cpu_ms = compiled.process.cpu_ms;
     output = compiled.process.output_tail;
@@ -583,7 +603,7 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
       if (!ApplyCompiledSources(read, result)) return;
     }
     if (flight) {
-      const bool cached = OnlyBuildDirWritten(*ws) &&
+      const bool cached = ws->OnlyBuildDirWritten() &&
                           build_cache_->Insert(cache_key, ws->build_dir(), output).stored();
       flight->Finish(cached);
     }

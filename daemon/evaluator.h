@@ -20,6 +20,7 @@
 #include "daemon/metrics.h"
 #include "daemon/precompiled_header.h"
 #include "daemon/reference_cache.h"
+#include "daemon/remote_build.h"
 #include "daemon/sandbox_setup.h"
 #include "daemon/slot_pool.h"
 #include "kbox/v1/config.pb.h"
@@ -77,6 +78,25 @@ class Evaluator {
   // built. `pch` (may be null: none) must outlive the evaluator.
   void UsePrecompiledHeader(const PrecompiledHeader* pch) { pch_ = pch; }
 
+  // Jobs' builds go to the compile tier first (docs/compile-tier.md).
+  // `tier` (may be null: local builds only) must outlive the evaluator.
+  void UseCompileTier(const RemoteBuilder* tier) { tier_ = tier; }
+
+  // A compile node's side of POST /v1/builds: the build of `request.job()`
+  // (already through RequestPolicy; `settings` and `anticheat` are its
+  // resolution) from the build cache or a compile stage here, or the job's
+  // result when it ends at its compile. Otherwise `refusal` says why this
+  // daemon cannot answer with either (the run node then builds locally)
+  // and `refusal_status` is the HTTP status for it.
+  struct BuildAnswer {
+    std::optional<v1::BuildResponse> response;
+    unsigned refusal_status = 0;
+    std::string refusal_field;
+    std::string refusal;
+  };
+  BuildAnswer Build(const v1::BuildRequest& request, const v1::EffectiveSettings& settings,
+                    const static_check::AnticheatProfile& anticheat, const std::string& tenant);
+
   const HostInfo& host() const { return host_; }
   const SandboxRuntime& sandbox() const { return sandbox_; }
   const SlotPool& gpu_slots() const { return gpu_slots_; }
@@ -123,6 +143,18 @@ class Evaluator {
   };
   LaneName TakeLane(const std::string& device);
 
+  // The compile stage of the job in `ws` on local compile worker `worker`.
+  StageOutcome RunCompileStage(const JobWorkspace& ws, const v1::EffectiveSettings& settings,
+                               const std::string& cuda_arch, bool report_sources, uint32_t worker);
+  // A run node's ask of the compile tier (compile_tier.cc): kBuilt, the
+  // build is in ws's build dir; kEnded, `result` is the job's final result
+  // (its compile failed there); kFallback, build locally.
+  enum class TierOutcome { kBuilt, kEnded, kFallback };
+  TierOutcome BuildOnTier(const v1::EvaluateRequest& request, const std::string& cuda_arch,
+                          const std::string& key, const JobWorkspace& ws,
+                          std::optional<uid_t> owner_uid, std::optional<gid_t> owner_gid,
+                          v1::EvaluateResult& result, std::string& output);
+
   void RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSettings& settings,
               const static_check::AnticheatProfile& anticheat, const std::string& tenant,
               const std::string& workspace, v1::EvaluateResult& result, JobTrace& trace,
@@ -148,6 +180,7 @@ class Evaluator {
   std::string cuda_arch_list_;  // TORCH_CUDA_ARCH_LIST covering every GPU in use.
   BuildCache* build_cache_;
   const PrecompiledHeader* pch_ = nullptr;  // Set before jobs start.
+  const RemoteBuilder* tier_ = nullptr;     // Set before jobs start.
   std::string toolchain_;  // Part of every build cache key.
   std::optional<ReferenceCache> reference_cache_;  // Absent when disabled.
   std::string reference_harness_;  // kbox's version and the harness digest: part of its keys.

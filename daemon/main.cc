@@ -13,6 +13,8 @@
 #include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <filesystem>
+#include <fstream>
+#include <optional>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -203,8 +205,13 @@ int main(int argc, char** argv) {
   auto host = kbox::ProbeHost(harness);
   if (!host) return Fail(host.error());
 
+  // A compile node runs nothing: it builds for every backend its toolchain
+  // can build (CUDA with a CUDA torch, Triton when importable), GPU or not.
+  const bool compile_role = config.role() == kbox::v1::ROLE_COMPILE;
   std::vector<uint32_t> gpus(config.gpus().begin(), config.gpus().end());
-  if (gpus.empty()) {
+  if (compile_role) {
+    gpus.clear();
+  } else if (gpus.empty()) {
     for (const auto& g : host->probe.gpus()) gpus.push_back(g.index());
   }
   for (uint32_t g : gpus) {
@@ -213,9 +220,10 @@ int main(int argc, char** argv) {
       return Fail("config gpus: GPU " + std::to_string(g) + " is not visible to the workers");
     }
   }
-  const auto backends = ServedBackends(config, *host, !gpus.empty());
+  const auto backends =
+      ServedBackends(config, *host, compile_role ? !host->probe.cuda_version().empty() : !gpus.empty());
   for (auto b : backends) {
-    if (b != kbox::v1::BACKEND_CPU && gpus.empty()) {
+    if (b != kbox::v1::BACKEND_CPU && gpus.empty() && !compile_role) {
       return Fail("config backends: " + kbox::v1::Backend_Name(b) + " needs a GPU; none found");
     }
   }
@@ -258,6 +266,29 @@ int main(int argc, char** argv) {
   // Declared before the evaluator, which reads it, so it outlives it.
   kbox::PrecompiledHeader pch;
   kbox::Evaluator evaluator(config, *host, gpus, *sandbox, metrics, build_cache.get());
+  std::optional<kbox::RemoteBuilder> tier;
+  if (!config.compile_endpoint().empty()) {
+    std::string token;
+    if (!config.compile_token_file().empty()) {
+      std::ifstream in(config.compile_token_file());
+      if (!in || !std::getline(in, token) || token.empty()) {
+        return Fail("config compile_token_file: cannot read a token from " + config.compile_token_file());
+      }
+    }
+    tier.emplace(kbox::RemoteBuilder::Options{
+        .server = *kbox::ParseServerUrl(config.compile_endpoint()),
+        .token = token,
+        .timeout = std::chrono::seconds(config.remote_build_timeout_s())});
+    evaluator.UseCompileTier(&*tier);
+  }
+  std::cerr << "kboxd: role "
+            << (compile_role ? "compile: serves builds (POST /v1/builds) and takes no jobs"
+                : config.role() == kbox::v1::ROLE_RUN ? "run"
+                                                      : "all")
+            << (tier ? "; builds go to the compile tier at " + config.compile_endpoint() +
+                           " first, here when it cannot build them"
+                     : std::string())
+            << std::endl;
   if (kbox::PrecompiledHeaderWanted(config)) {
     pch.StartBuild(harness, kbox::PrecompiledHeaderRoot(config));
     evaluator.UsePrecompiledHeader(&pch);

@@ -104,6 +104,16 @@ Metrics::Metrics(const MetricLabelSets& sets)
                                .Help("Job attempts that ended INFRA_ERROR and were run again "
                                      "(infra_retries), by cause.")
                                .Register(*registry_)),
+      remote_builds_total_(prometheus::BuildCounter()
+                               .Name("kbox_remote_builds_total")
+                               .Help("Run node: jobs whose build was asked of the compile tier, "
+                                     "by outcome (built, failed, fallback).")
+                               .Register(*registry_)),
+      builds_served_total_(prometheus::BuildCounter()
+                               .Name("kbox_builds_served_total")
+                               .Help("Compile node: POST /v1/builds answered, by outcome "
+                                     "(built, cached, failed, refused).")
+                               .Register(*registry_)),
       zygote_restarts_total_(prometheus::BuildCounter()
                                  .Name("kbox_zygote_restarts_total")
                                  .Help("Pre-forked zygotes started again after one died, by device.")
@@ -273,6 +283,10 @@ Metrics::Metrics(const MetricLabelSets& sets)
   for (InfraCause c : kAllInfraCauses) {
     if (RetryableInfraCause(c)) infra_retries_total_.Add({{"cause", std::string(InfraCauseName(c))}});
   }
+  for (const char* outcome : {"built", "failed", "fallback"}) remote_builds_total_.Add({{"outcome", outcome}});
+  for (const char* outcome : {"built", "cached", "failed", "refused"}) {
+    builds_served_total_.Add({{"outcome", outcome}});
+  }
   for (const char* queue : kQueues) queue_depth_.Add({{"queue", queue}});
   for (const char* state : {"busy", "idle"}) compile_slots_.Add({{"state", state}});
   // Compile workers' zygotes count under "compile" (DeviceOfSlot).
@@ -334,6 +348,13 @@ void Metrics::RecordJob(const v1::EvaluateResult& result, const JobTrace& trace)
   if (trace.cause.violation != ViolationKind::kNone) {
     sandbox_violations_total_.Add({{"kind", std::string(ViolationKindName(trace.cause.violation))}})
         .Increment();
+  }
+}
+
+void Metrics::RecordBuildCpu(v1::Backend backend, double cpu_ms) {
+  if (cpu_ms > 0) {
+    stage_cpu_seconds_total_.Add({{"backend", BackendLabel(backend)}, {"stage", "compile"}})
+        .Increment(cpu_ms / 1000.0);
   }
 }
 

@@ -108,6 +108,22 @@ class Metrics {
   // Bytes of all cache entries.
   void SetBuildCacheBytes(uint64_t bytes) { build_cache_bytes_.Set(static_cast<double>(bytes)); }
 
+  // The compile tier (docs/compile-tier.md). On a run node, what became of a
+  // job's build sent to the tier: "built" (a build came back), "failed" (the
+  // job ended at its compile there: COMPILE_ERROR, REJECTED, ...) or
+  // "fallback" (no answer it could use: built locally). On a compile node,
+  // each POST /v1/builds: "built", "cached" (from its build cache),
+  // "failed" (the job's result went back) or "refused" (an error status).
+  void RecordRemoteBuild(const std::string& outcome) {
+    remote_builds_total_.Add({{"outcome", outcome}}).Increment();
+  }
+  void RecordBuildServed(const std::string& outcome) {
+    builds_served_total_.Add({{"outcome", outcome}}).Increment();
+  }
+  // A compile node's compile stage (it records no jobs): its CPU time under
+  // kbox_stage_cpu_seconds_total{stage="compile"}, as a job's would be.
+  void RecordBuildCpu(v1::Backend backend, double cpu_ms);
+
   // The reference timing cache (docs/reference-cache.md): a job whose
   // reference figure came from the cache (hit) or was timed live with the
   // cache on (miss: no entry, another input signature, a live recheck of a
@@ -143,6 +159,8 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& sandbox_violations_total_;
   prometheus::Family<prometheus::Counter>& worker_crashes_total_;
   prometheus::Family<prometheus::Counter>& infra_retries_total_;
+  prometheus::Family<prometheus::Counter>& remote_builds_total_;
+  prometheus::Family<prometheus::Counter>& builds_served_total_;
   prometheus::Family<prometheus::Counter>& zygote_restarts_total_;
   prometheus::Family<prometheus::Counter>& zygote_start_failures_total_;
   prometheus::Family<prometheus::Counter>& device_quarantines_total_;

@@ -11,6 +11,7 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <set>
 #include <stdexcept>
 #include <system_error>
 #include <utility>
@@ -978,6 +979,94 @@ void BuildCache::FinishFlight(const std::string& key, const std::shared_ptr<Flig
     if (it != flights_.end() && it->second == state) flights_.erase(it);
   }
   flight_done_.notify_all();
+}
+
+boost::system::result<std::vector<BuildFileData>, std::string> ReadEntryFiles(
+    const BuildCache::Entry& entry) {
+  Fd tree(::open(entry.tree().c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!tree.ok()) return ErrnoText("cannot open " + entry.tree().string());
+  std::vector<BuildFileData> files;
+  for (const BuildCache::Item& item : entry.items()) {
+    BuildFileData data{.item = item, .content = {}};
+    if (!item.directory) {
+      Fd in(::openat(tree.get(), item.path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+      struct stat st {};
+      if (!in.ok() || ::fstat(in.get(), &st) != 0 || !S_ISREG(st.st_mode) ||
+          static_cast<uint64_t>(st.st_size) != item.size) {
+        return "cached file " + item.path + " is missing or changed";
+      }
+      data.content.resize(item.size);
+      size_t done = 0;
+      while (done < data.content.size()) {
+        const ssize_t n = ::read(in.get(), data.content.data() + done, data.content.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return ErrnoText("cannot read cached file " + item.path);
+        done += static_cast<size_t>(n);
+      }
+      if (Sha256Hex(data.content) != item.sha256) return "cached file " + item.path + " changed";
+    }
+    files.push_back(std::move(data));
+  }
+  return files;
+}
+
+std::optional<std::string> WriteBuildFiles(const std::vector<BuildFileData>& files,
+                                           const fs::path& build_dir, uint64_t max_bytes,
+                                           std::optional<uid_t> owner_uid,
+                                           std::optional<gid_t> owner_gid) {
+  Fd dst(::open(build_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!dst.ok()) return ErrnoText("cannot open " + build_dir.string());
+  const uid_t uid = owner_uid.value_or(static_cast<uid_t>(-1));
+  const gid_t gid = owner_gid.value_or(static_cast<gid_t>(-1));
+  const bool chown = owner_uid.has_value() || owner_gid.has_value();
+  std::set<std::string> directories;
+  uint64_t total = 0;
+  std::string error;
+  for (const BuildFileData& file : files) {
+    const BuildCache::Item& item = file.item;
+    const std::string& path = item.path;
+    if (!ValidRelativePath(path)) {
+      error = "the build names an invalid path '" + EscapePath(path) + "'";
+      break;
+    }
+    // Every parent listed (and so made by this function) before its child:
+    // nothing is ever written through a directory this function did not make.
+    if (const auto slash = path.rfind('/');
+        slash != std::string::npos && !directories.contains(path.substr(0, slash))) {
+      error = "the build lists " + EscapePath(path) + " before its directory";
+      break;
+    }
+    const char* rel = path.c_str();
+    if (item.directory) {
+      if (::mkdirat(dst.get(), rel, 0700) != 0 ||
+          ::fchmodat(dst.get(), rel, NormalMode(true, false), 0) != 0 ||
+          (chown && ::fchownat(dst.get(), rel, uid, gid, AT_SYMLINK_NOFOLLOW) != 0)) {
+        error = ErrnoText("cannot create " + EscapePath(path));
+        break;
+      }
+      directories.insert(path);
+      continue;
+    }
+    total += file.content.size();
+    if (total > max_bytes) {
+      error = "the build is larger than " + std::to_string(max_bytes) + " bytes";
+      break;
+    }
+    if (file.content.size() != item.size || Sha256Hex(file.content) != item.sha256) {
+      error = "file " + EscapePath(path) + " does not match its size and SHA-256";
+      break;
+    }
+    Fd out(::openat(dst.get(), rel, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+    if (!out.ok() || !WriteAll(out.get(), file.content.data(), file.content.size()) ||
+        ::fchmod(out.get(), NormalMode(false, item.executable)) != 0 ||
+        (chown && ::fchown(out.get(), uid, gid) != 0)) {
+      error = ErrnoText("cannot write " + EscapePath(path));
+      break;
+    }
+  }
+  if (error.empty()) return std::nullopt;
+  EmptyDirectory(build_dir);
+  return error;
 }
 
 }  // namespace kbox

@@ -265,4 +265,29 @@ class BuildCache {
   Stats stats_;
 };
 
+// A build as it travels from a compile-role kboxd to a run-role one
+// (docs/compile-tier.md): the items of an entry's manifest with their bytes.
+struct BuildFileData {
+  BuildCache::Item item;
+  std::string content;  // Files only.
+};
+
+// The files of the verified entry `entry`, read and hashed again (a file
+// changed since Lookup fails the read), directories before what they hold.
+boost::system::result<std::vector<BuildFileData>, std::string> ReadEntryFiles(
+    const BuildCache::Entry& entry);
+
+// Writes a build that came from another daemon into `build_dir` (existing,
+// empty, kboxd's, not yet seen by a stage) as Restore writes an entry: every
+// path checked as a manifest's are (relative, no "." or "..", its directory
+// listed before it), every file's bytes against its size and SHA-256, no
+// link followed, modes normalised, owned by `owner_uid`/`owner_gid` when
+// given, at most `max_bytes` in all. On failure `build_dir` is emptied again
+// and the message says which file.
+std::optional<std::string> WriteBuildFiles(const std::vector<BuildFileData>& files,
+                                           const std::filesystem::path& build_dir,
+                                           uint64_t max_bytes,
+                                           std::optional<uid_t> owner_uid = std::nullopt,
+                                           std::optional<gid_t> owner_gid = std::nullopt);
+
 }  // namespace kbox

@@ -113,4 +113,12 @@ std::optional<std::string> JobWorkspace::WriteFile(const std::string& name,
   return std::nullopt;
 }
 
+bool JobWorkspace::OnlyBuildDirWritten() const {
+  for (const std::filesystem::path& dir : {home_dir(), triton_dir(), tmp_dir()}) {
+    std::error_code ec;
+    if (!std::filesystem::is_empty(dir, ec) || ec) return false;
+  }
+  return true;
+}
+
 }  // namespace kbox

@@ -63,6 +63,10 @@ class JobWorkspace {
   std::filesystem::path home_dir() const { return root_ / "home"; }
   std::filesystem::path tmp_dir() const { return root_ / "tmp"; }
   std::filesystem::path triton_dir() const { return root_ / "triton"; }
+  // Whether the compile stage wrote nothing but the build directory. Its
+  // other writable directories are not cached or sent, so a build that left
+  // anything there (for the run stage to find) is neither.
+  bool OnlyBuildDirWritten() const;
 
   // Writes `content` to a new file `name` in src/ (no links followed,
   // world-readable, never overwriting). Returns an error message on failure.

@@ -563,3 +563,48 @@ TEST(ConfigLoaderTest, PreforkedCompileStageIsItsOwnFlag) {
 
 }  // namespace
 }  // namespace kbox
+
+namespace kbox {
+namespace {
+
+// The compile tier's roles (docs/compile-tier.md).
+TEST(ConfigLoaderTest, RolesAndTheCompileEndpoint) {
+  auto config = ApplyConfigDefaults(v1::DaemonConfig(), 4);
+  ASSERT_TRUE(config);
+  EXPECT_EQ(config->role(), v1::ROLE_ALL);
+  EXPECT_EQ(config->remote_build_timeout_s(), config->compile_time_limit_s() + 60);
+
+  auto run = Parse({"--role", "run", "--compile-endpoint", "http://kbox-compile:8080"});
+  ASSERT_TRUE(run) << run.error().message;
+  config = ApplyConfigDefaults(run->config, 4);
+  ASSERT_TRUE(config) << config.error().message;
+  EXPECT_EQ(config->role(), v1::ROLE_RUN);
+
+  // A run node needs a tier; a compile node builds itself, from its cache.
+  auto alone = Parse({"--role", "run"});
+  ASSERT_TRUE(alone);
+  auto refused = ApplyConfigDefaults(alone->config, 4);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().field, "compile_endpoint");
+  auto compile = Parse({"--role", "compile", "--compile-endpoint", "http://a:1"});
+  ASSERT_TRUE(compile);
+  EXPECT_FALSE(ApplyConfigDefaults(compile->config, 4));
+  v1::DaemonConfig uncached;
+  uncached.set_role(v1::ROLE_COMPILE);
+  uncached.set_build_cache_max_bytes(0);
+  uncached.set_build_cache_dir("/tmp/x");
+  refused = ApplyConfigDefaults(uncached, 4);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().field, "build_cache_max_bytes");
+
+  EXPECT_FALSE(Parse({"--role", "gpu"}));
+  auto https = Parse({"--compile-endpoint", "https://a:1"});
+  ASSERT_TRUE(https);
+  EXPECT_FALSE(ApplyConfigDefaults(https->config, 4));
+  auto token_alone = Parse({"--compile-token-file", "/tmp/t"});
+  ASSERT_TRUE(token_alone);
+  EXPECT_FALSE(ApplyConfigDefaults(token_alone->config, 4));
+}
+
+}  // namespace
+}  // namespace kbox

@@ -100,6 +100,8 @@ TEST(MetricsTest, DeclaresEveryMetricWithItsType) {
       {"kbox_job_journal_write_failures_total", "counter"},
       {"kbox_job_journal_corrupt_records_total", "counter"},
       {"kbox_job_journal_restored_jobs_total", "counter"},
+      {"kbox_remote_builds_total", "counter"},
+      {"kbox_builds_served_total", "counter"},
   };
   EXPECT_EQ(e.types, expected);
   for (const auto& [name, type] : e.types) {
@@ -146,6 +148,8 @@ TEST(MetricsTest, LabelValuesComeFromClosedSets) {
       {"kbox_compile_slots", {{"state", {"busy", "idle"}}}},
       {"kbox_device_healthy", {{"device", devices}}},
       {"kbox_job_journal_restored_jobs_total", {{"state", {"done", "requeued"}}}},
+      {"kbox_remote_builds_total", {{"outcome", {"built", "failed", "fallback"}}}},
+      {"kbox_builds_served_total", {{"outcome", {"built", "cached", "failed", "refused"}}}},
   };
   for (const auto& [family, sets] : expected) EXPECT_EQ(e.labels.at(family), sets) << family;
   // The unlabelled ones carry no label at all.
