@@ -117,6 +117,10 @@ at least 1. kboxd's own default counts the cores it sees, which in a container a
 {{- if not .Values.config.compile_workers }}
 {{- include "kbox.textprotoField" (list "compile_workers" (int64 (include "kbox.compileWorkers" .))) }}
 {{- end }}
+{{- if .Values.compileTier.enabled }}
+role: ROLE_RUN
+{{- include "kbox.textprotoField" (list "compile_endpoint" (include "kbox.compile.endpoint" .)) }}
+{{- end }}
 {{- if .Values.jobStore.enabled }}
 {{- include "kbox.textprotoField" (list "job_store_dir" (include "kbox.paths.jobStoreDir" .)) }}
 {{- end }}
@@ -129,5 +133,59 @@ at least 1. kboxd's own default counts the cores it sees, which in a container a
 # From values.config:
 {{- range $name, $value := .Values.config }}
 {{- include "kbox.textprotoField" (list $name $value) }}
+{{- end }}
+{{ end }}
+
+{{/* The compile tier's pods (docs/compile-tier.md): a name of their own, so that no selector of
+the GPU pods' (workload, Services, PodDisruptionBudget, NetworkPolicy) ever matches them. */}}
+{{- define "kbox.compile.fullname" -}}
+{{- printf "%s-compile" (include "kbox.fullname" . | trunc 55 | trimSuffix "-") }}
+{{- end }}
+
+{{- define "kbox.compile.selectorLabels" -}}
+app.kubernetes.io/name: {{ printf "%s-compile" (include "kbox.name" . | trunc 55 | trimSuffix "-") }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "kbox.compile.labels" -}}
+helm.sh/chart: {{ include "kbox.chart" . }}
+{{ include "kbox.compile.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/component: compile
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Where the GPU pods send their builds: the compile Service. */}}
+{{- define "kbox.compile.endpoint" -}}
+{{- printf "http://%s.%s.svc:%d" (include "kbox.compile.fullname" .) .Release.Namespace (int64 .Values.service.port) }}
+{{- end }}
+
+{{/* Compile stages at once on a compile pod: compileTier.compileWorkers, else its CPU request. */}}
+{{- define "kbox.compile.workers" -}}
+{{- if .Values.compileTier.compileWorkers -}}
+{{- int64 .Values.compileTier.compileWorkers -}}
+{{- else -}}
+{{- include "kbox.compileWorkers" (dict "Values" (dict "resources" .Values.compileTier.resources)) -}}
+{{- end -}}
+{{- end }}
+
+{{/* A compile pod's config: role compile, its own workers, no tokens (only the GPU pods reach it
+when networkPolicy.enabled); values.config applies except compile_workers. */}}
+{{- define "kbox.compile.configText" -}}
+# kbox.v1.DaemonConfig (proto/kbox/v1/config.proto) of a compile-role kboxd, rendered by the kbox chart.
+# Chart-owned fields:
+role: ROLE_COMPILE
+{{- include "kbox.textprotoField" (list "listen" (printf "0.0.0.0:%d" (int64 .Values.containerPort))) }}
+{{- include "kbox.textprotoField" (list "work_dir" (include "kbox.paths.workDir" .)) }}
+{{- include "kbox.textprotoField" (list "build_cache_dir" (include "kbox.paths.buildCacheDir" .)) }}
+{{- include "kbox.textprotoField" (list "compile_workers" (int64 (include "kbox.compile.workers" .))) }}
+# From values.config:
+{{- range $name, $value := .Values.config }}
+{{- if ne $name "compile_workers" }}
+{{- include "kbox.textprotoField" (list $name $value) }}
+{{- end }}
 {{- end }}
 {{ end }}

@@ -52,15 +52,32 @@ function matches(selector, labels) {
 
 function byKind(objects, kind) { return objects.filter((o) => o.kind === kind); }
 
-// The workload, its pod template and kboxd's container.
-function workloadParts(objects) {
+// Each workload (the GPU pods' DaemonSet or Deployment, and with the compile tier its compile
+// Deployment), its pod template, kboxd's container and the ConfigMap key its --config names.
+function allWorkloads(objects) {
   const workloads = objects.filter((o) => o.kind === 'DaemonSet' || o.kind === 'Deployment');
-  if (workloads.length !== 1) return { error: `want exactly one DaemonSet or Deployment, got ${workloads.length}` };
-  const workload = workloads[0];
-  const pod = workload.spec.template;
-  const container = (pod.spec.containers || []).find((c) => c.name === 'kboxd');
-  if (!container) return { error: 'no container named kboxd' };
-  return { workload, pod, container };
+  const out = [];
+  for (const workload of workloads) {
+    const pod = workload.spec.template;
+    const container = (pod.spec.containers || []).find((c) => c.name === 'kboxd');
+    if (!container) return { error: `${workload.metadata.name}: no container named kboxd` };
+    const args = (container.command || []).concat(container.args || []);
+    const configArg = args[args.indexOf('--config') + 1] || '';
+    out.push({ workload, pod, container, configKey: configArg.split('/').pop() });
+  }
+  const main = out.filter((p) => p.configKey === 'kboxd.textproto');
+  const compile = out.filter((p) => p.configKey === 'kboxd-compile.textproto');
+  if (main.length !== 1 || compile.length > 1 || main.length + compile.length !== out.length) {
+    return { error: `want one kboxd workload (and at most one compile-tier Deployment), got ${out.map((p) => p.workload.metadata.name).join(', ')}` };
+  }
+  if (compile.length && compile[0].workload.kind !== 'Deployment') return { error: 'the compile tier is not a Deployment' };
+  return { main: main[0], compile: compile[0] || null, all: out };
+}
+
+// The GPU pods' workload (the only one without the compile tier).
+function workloadParts(objects) {
+  const found = allWorkloads(objects);
+  return found.error ? found : found.main;
 }
 
 function securityErrors({ pod, container }) {
@@ -131,13 +148,14 @@ function configWiringErrors(parts, objects, configText) {
   } else if (cores !== null && Number(workers[1]) > cores) {
     errors.push(`compile_workers ${workers[1]} is above the pod's CPU request (${cpu})`);
   }
-  const configMap = byKind(objects, 'ConfigMap').find((c) => c.data && c.data['kboxd.textproto'] === configText);
+  const key = parts.configKey || 'kboxd.textproto';
+  const configMap = byKind(objects, 'ConfigMap').find((c) => c.data && c.data[key] === configText);
   const configVolume = (pod.spec.volumes || []).find((v) => v.configMap && configMap && v.configMap.name === configMap.metadata.name);
   const configMount = configVolume && (container.volumeMounts || []).find((m) => m.name === configVolume.name);
   const args = (container.command || []).concat(container.args || []);
   const configArg = args[args.indexOf('--config') + 1];
-  if (!configMount || !configArg || configArg !== `${configMount.mountPath}/kboxd.textproto`) {
-    errors.push('--config does not name the mounted ConfigMap\'s kboxd.textproto');
+  if (!configMount || !configArg || configArg !== `${configMount.mountPath}/${key}`) {
+    errors.push(`--config does not name the mounted ConfigMap's ${key}`);
   }
   const tokensFile = field('api_tokens_file');
   if (tokensFile !== null) {
@@ -150,8 +168,41 @@ function configWiringErrors(parts, objects, configText) {
       const secret = byKind(objects, 'Secret').find((s) => s.metadata.name === volume.secret.secretName);
       if (secret) errors.push(...tokensFileErrors(secret));
     }
-  } else if (byKind(objects, 'Secret').length) {
+  } else if (byKind(objects, 'Secret').length && key === 'kboxd.textproto') {
     errors.push('a tokens Secret is rendered but kboxd is not pointed at it');
+  }
+  return errors;
+}
+
+// The compile tier's wiring: the GPU pods' config names the compile Service as its endpoint with
+// role run, the compile pods' config says role compile, and an HPA scales the compile Deployment.
+function compileTierErrors(found, objects, configs) {
+  const errors = [];
+  const main = configs.get(found.main);
+  const hpas = byKind(objects, 'HorizontalPodAutoscaler');
+  if (!found.compile) {
+    if (/^role: /m.test(main) || /^compile_endpoint: /m.test(main)) errors.push('role or compile_endpoint set without a compile tier');
+    if (hpas.length) errors.push('an HPA without a compile tier');
+    return errors;
+  }
+  const compileConfig = configs.get(found.compile);
+  if (!/^role: ROLE_RUN$/m.test(main)) errors.push('the GPU pods are not role run');
+  if (!/^role: ROLE_COMPILE$/m.test(compileConfig)) errors.push('the compile pods are not role compile');
+  if (/^api_tokens_file: /m.test(compileConfig)) errors.push('the compile pods hold the API tokens');
+  const compileLabels = found.compile.pod.metadata.labels;
+  const svc = byKind(objects, 'Service').find((s) => matches(s.spec.selector, compileLabels));
+  const endpoint = (main.match(/^compile_endpoint: "([^"]*)"$/m) || [])[1];
+  const want = svc && `http://${svc.metadata.name}.${svc.metadata.namespace}.svc:${svc.spec.ports[0].port}`;
+  if (!svc) errors.push('no Service selects the compile pods');
+  else if (endpoint !== want) errors.push(`compile_endpoint ${endpoint} is not the compile Service (${want})`);
+  const resources = found.compile.container.resources || {};
+  for (const side of ['requests', 'limits']) {
+    if (Object.keys(resources[side] || {}).some((k) => k.includes('gpu'))) errors.push('the compile pods ask for a GPU');
+  }
+  for (const hpa of hpas) {
+    const ref = hpa.spec.scaleTargetRef;
+    if (ref.kind !== 'Deployment' || ref.name !== found.compile.workload.metadata.name) errors.push('the HPA does not scale the compile Deployment');
+    if (found.compile.workload.spec.replicas !== undefined) errors.push('the compile Deployment sets replicas under an HPA');
   }
   return errors;
 }
@@ -172,28 +223,47 @@ function tokensFileErrors(secret) {
   return errors;
 }
 
-// Selectors that must find the chart's pods or Service.
-function selectorErrors(parts, objects) {
+// Selectors that must find the chart's pods or Service: each Service, PodDisruptionBudget and
+// NetworkPolicy selects the pods of exactly one workload; no policy lets a pod open a connection
+// but the GPU pods' to the compile pods (and the cluster DNS that names them).
+function selectorErrors(found, objects) {
   const errors = [];
-  const { workload, pod } = parts;
-  const podLabels = pod.metadata.labels;
-  errors.push(...labelErrors('pod template labels', podLabels));
-  if (!matches(workload.spec.selector.matchLabels, podLabels)) errors.push('workload selector does not match its pod template');
+  const workloads = found.all || [found];
+  const owners = (selector) => workloads.filter((p) => matches(selector, p.pod.metadata.labels));
+  for (const { workload, pod } of workloads) {
+    errors.push(...labelErrors(`${workload.metadata.name} pod template labels`, pod.metadata.labels));
+    if (!matches(workload.spec.selector.matchLabels, pod.metadata.labels)) errors.push(`${workload.metadata.name}: workload selector does not match its pod template`);
+    if (workloads.filter((p) => matches(workload.spec.selector.matchLabels, p.pod.metadata.labels)).length !== 1) {
+      errors.push(`${workload.metadata.name}: workload selector matches another workload's pods`);
+    }
+  }
   for (const svc of byKind(objects, 'Service')) {
-    if (!matches(svc.spec.selector, podLabels)) errors.push(`Service ${svc.metadata.name} does not select the pods`);
-    const names = new Set((parts.container.ports || []).map((p) => p.name));
+    const selected = owners(svc.spec.selector);
+    if (selected.length !== 1) { errors.push(`Service ${svc.metadata.name} does not select the pods of one workload`); continue; }
+    const names = new Set((selected[0].container.ports || []).map((p) => p.name));
     for (const p of svc.spec.ports) {
       if (typeof p.targetPort === 'string' && !names.has(p.targetPort)) errors.push(`Service targetPort ${p.targetPort} is not a container port`);
     }
   }
   for (const pdb of byKind(objects, 'PodDisruptionBudget')) {
-    if (!matches(pdb.spec.selector.matchLabels, podLabels)) errors.push('PodDisruptionBudget does not select the pods');
+    if (owners(pdb.spec.selector.matchLabels).length !== 1) errors.push('PodDisruptionBudget does not select the pods');
   }
+  const compileLabels = found.compile ? found.compile.pod.metadata.labels : null;
+  const dnsRule = (rule) => (rule.ports || []).every((p) => p.port === 53) &&
+    (rule.to || []).every((peer) => peer.namespaceSelector && peer.podSelector &&
+      (peer.podSelector.matchLabels || {})['k8s-app'] === 'kube-dns');
+  const compileRule = (rule) => compileLabels && (rule.ports || []).length && rule.ports.every((p) => p.port === 'http') &&
+    (rule.to || []).length && rule.to.every((peer) => peer.podSelector && !peer.namespaceSelector &&
+      matches(peer.podSelector.matchLabels, compileLabels));
   for (const np of byKind(objects, 'NetworkPolicy')) {
-    if (!matches(np.spec.podSelector.matchLabels, podLabels)) errors.push('NetworkPolicy does not select the pods');
+    const selected = owners(np.spec.podSelector.matchLabels);
+    if (selected.length !== 1) { errors.push('NetworkPolicy does not select the pods'); continue; }
     const types = np.spec.policyTypes || [];
     if (!types.includes('Ingress') || !types.includes('Egress')) errors.push('NetworkPolicy does not govern both directions');
-    if ((np.spec.egress || []).length) errors.push('NetworkPolicy allows egress');
+    const mayBuild = found.compile && selected[0] === found.main;
+    for (const rule of np.spec.egress || []) {
+      if (!mayBuild || !(compileRule(rule) || dnsRule(rule))) errors.push('NetworkPolicy allows egress');
+    }
     for (const rule of np.spec.ingress || []) {
       if (!rule.from || !rule.from.length) errors.push('NetworkPolicy ingress rule without peers admits everyone');
       if (!rule.ports || !rule.ports.every((p) => p.port === 'http')) errors.push('NetworkPolicy opens a port other than kboxd\'s');
@@ -213,6 +283,6 @@ function selectorErrors(parts, objects) {
 }
 
 module.exports = {
-  metadataErrors, workloadParts, securityErrors, probeErrors, configWiringErrors, selectorErrors,
+  metadataErrors, workloadParts, allWorkloads, compileTierErrors, securityErrors, probeErrors, configWiringErrors, selectorErrors,
   ALLOWED_CAPABILITIES,
 };

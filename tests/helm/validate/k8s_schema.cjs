@@ -13,6 +13,7 @@ const MODULES = {
   'v1': 'kubernetes-models/v1',
   'apps/v1': 'kubernetes-models/apps/v1',
   'policy/v1': 'kubernetes-models/policy/v1',
+  'autoscaling/v2': 'kubernetes-models/autoscaling/v2',
   'networking.k8s.io/v1': 'kubernetes-models/networking.k8s.io/v1',
   'rbac.authorization.k8s.io/v1': 'kubernetes-models/rbac.authorization.k8s.io/v1',
   'monitoring.coreos.com/v1': '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1',

@@ -120,13 +120,22 @@ function renderedErrors(requireFn, validate, proto, dir) {
     if (seen.has(id)) errors.push(`${id} rendered twice`);
     seen.add(id);
   }
-  const parts = rules.workloadParts(objects);
-  if (parts.error) return errors.concat(parts.error);
-  errors.push(...rules.securityErrors(parts), ...rules.probeErrors(parts), ...rules.selectorErrors(parts, objects));
+  const found = rules.allWorkloads(objects);
+  if (found.error) return errors.concat(found.error);
+  errors.push(...rules.selectorErrors(found, objects));
   const configMaps = objects.filter((o) => o.kind === 'ConfigMap' && o.data && 'kboxd.textproto' in o.data);
   if (configMaps.length !== 1) return errors.concat('want exactly one ConfigMap with kboxd.textproto');
-  const configText = configMaps[0].data['kboxd.textproto'];
-  errors.push(...configErrors(proto, configText), ...rules.configWiringErrors(parts, objects, configText));
+  const configs = new Map();
+  for (const parts of found.all) {
+    const configText = configMaps[0].data[parts.configKey];
+    if (typeof configText !== 'string') { errors.push(`no ConfigMap key ${parts.configKey}`); continue; }
+    configs.set(parts, configText);
+    const where = (e) => (parts === found.main ? e : `${parts.workload.metadata.name}: ${e}`);
+    errors.push(...rules.securityErrors(parts).map(where), ...rules.probeErrors(parts).map(where));
+    errors.push(...configErrors(proto, configText).map(where), ...rules.configWiringErrors(parts, objects, configText).map(where));
+  }
+  if (configs.size === found.all.length) errors.push(...rules.compileTierErrors(found, objects, configs));
+  const parts = found.main;
   if (!fs.readFileSync(path.join(dir, 'NOTES.txt'), 'utf8').includes(parts.workload.metadata.name)) {
     errors.push('NOTES.txt does not name the release\'s objects');
   }
@@ -161,13 +170,42 @@ function selfTestCases() {
   ];
 }
 
+// Breakages of a scenario with the compile tier on.
+function compileTierCases() {
+  const parts = (objs) => rules.allWorkloads(objs);
+  const configMap = (objs) => objs.find((o) => o.kind === 'ConfigMap' && o.data['kboxd.textproto']);
+  const mainPolicy = (objs) => objs.find((x) => x.kind === 'NetworkPolicy' && x.metadata.name === parts(objs).main.workload.metadata.name);
+  const compilePolicy = (objs) => objs.find((x) => x.kind === 'NetworkPolicy' && x.metadata.name !== parts(objs).main.workload.metadata.name);
+  return [
+    ['GPU pods may reach anywhere', (o) => { mainPolicy(o).spec.egress.push({ to: [{ ipBlock: { cidr: '0.0.0.0/0' } }] }); }],
+    ['compile pods may open connections', (o) => { compilePolicy(o).spec.egress = [{}]; }],
+    ['compile endpoint not the compile Service', (o) => {
+      const c = configMap(o);
+      c.data['kboxd.textproto'] = c.data['kboxd.textproto'].replace(/^compile_endpoint: .*$/m, 'compile_endpoint: "http://elsewhere:8080"');
+    }],
+    ['compile pods with a GPU', (o) => { parts(o).compile.container.resources.limits['nvidia.com/gpu'] = 1; }],
+    ['compile pods selected by the GPU pods\' Service', (o) => {
+      Object.assign(parts(o).compile.pod.metadata.labels, parts(o).main.workload.spec.selector.matchLabels);
+    }],
+    ['compile pods holding the API tokens', (o) => {
+      const c = configMap(o);
+      c.data['kboxd-compile.textproto'] += 'api_tokens_file: "/etc/kbox/tokens/tokens"\n';
+    }],
+    ['an HPA on the GPU pods', (o) => {
+      o.find((x) => x.kind === 'HorizontalPodAutoscaler').spec.scaleTargetRef.name = parts(o).main.workload.metadata.name;
+    }],
+  ];
+}
+
 function selfTest(requireFn, validate, proto, dir) {
   const failures = [];
   const pristine = fs.readFileSync(path.join(dir, 'objects.json'), 'utf8');
   if (renderedErrors(requireFn, validate, proto, dir).length) return ['the scenario is not clean to begin with'];
   const scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'kbox-helm-selftest-'));
   for (const f of ['values.json', 'NOTES.txt']) fs.copyFileSync(path.join(dir, f), path.join(scratch, f));
-  for (const [name, mutate] of selfTestCases()) {
+  const tier = !rules.allWorkloads(JSON.parse(pristine).map((r) => r.object)).error &&
+    rules.allWorkloads(JSON.parse(pristine).map((r) => r.object)).compile;
+  for (const [name, mutate] of (tier ? compileTierCases() : selfTestCases())) {
     const rendered = JSON.parse(pristine);
     mutate(rendered.map((r) => r.object));
     fs.writeFileSync(path.join(scratch, 'objects.json'), JSON.stringify(rendered));
