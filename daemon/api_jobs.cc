@@ -106,6 +106,22 @@ HttpResponse ApiHandler::Submit(const HttpRequest& req, const Caller& caller) {
                               .lease = {}});
   }
 
+  // A batch kboxd could never admit whole is the caller's error, not a
+  // busy daemon's: 400 naming the limit, so a client splits it instead of
+  // retrying it forever.
+  const auto never_fits = [&](uint32_t limit, const std::string& what) {
+    return Error(http::status::bad_request, "jobs",
+                 "a batch of " + std::to_string(pending.size()) + " jobs can never be admitted at once: " +
+                     what + " is " + std::to_string(limit) + "; send at most that many per request",
+                 *encoding);
+  };
+  if (pending.size() > config_.max_in_flight_jobs()) {
+    return never_fits(config_.max_in_flight_jobs(), "max_in_flight_jobs");
+  }
+  if (caller.max_concurrent_jobs > 0 && pending.size() > caller.max_concurrent_jobs) {
+    return never_fits(caller.max_concurrent_jobs, "token " + caller.token + "'s max_concurrent_jobs");
+  }
+
   const auto now = JobStore::Clock::now();
   auto withdraw = [&] {
     for (const Pending& p : pending) {

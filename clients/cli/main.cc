@@ -15,7 +15,13 @@
 // requests the server refused as malformed (4xx); 3 when the server could not
 // be reached or failed (5xx).
 
+#include <unistd.h>
+
 #include <boost/program_options.hpp>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -48,6 +54,9 @@ const char* kUsage =
     "                  [--precision fp32|fp16|bf16] [--profile NAME] [--rule ID=SEVERITY ...]\n"
     "                  [--json]\n"
     "       kbox info [--server URL] [--json]\n"
+    "       kbox eval-dir --server URL --problems DIR --candidates DIR --backend B --out OUT\n"
+    "`eval-dir` evaluates a KernelBench-style run and writes its summary, CSV and plot\n"
+    "(the Python client's kbox_client.eval_dir; `kbox eval-dir --help`).\n"
     "`eval` evaluates a candidate (`kbox eval --help` lists its options); `check` runs the\n"
     "static anti-cheat checks alone and prints one line per verdict:\n"
     "  candidate.py:LINE:COL: SEVERITY RULE-ID: MESSAGE\n"
@@ -309,6 +318,38 @@ int Info(const std::vector<std::string>& args) {
   return 0;
 }
 
+// `kbox eval-dir` is the Python client's (kbox_client/eval_dir.py: it needs
+// the client's evaluate_many and writes a PNG): run it with the package found
+// beside this binary, installed or in the source tree.
+int EvalDir(const char* argv0, const std::vector<std::string>& args) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  const fs::path base = ec ? fs::absolute(argv0).parent_path() : exe.parent_path();
+  std::string package;
+  for (const fs::path& dir : {base / "../share/kbox/python", base / "../../clients/python",
+                              fs::path(KBOX_SOURCE_CLIENT_DIR)}) {
+    if (fs::exists(dir / "kbox_client" / "eval_dir.py", ec)) {
+      package = fs::canonical(dir, ec).string();
+      break;
+    }
+  }
+  if (package.empty()) return Usage("eval-dir: the Python client (kbox_client) is not installed");
+  const char* old_path = std::getenv("PYTHONPATH");
+  const std::string path = package + (old_path && *old_path ? ":" + std::string(old_path) : "");
+  ::setenv("PYTHONPATH", path.c_str(), 1);
+  const char* python = std::getenv("KBOX_PYTHON");
+  if (python == nullptr || *python == '\0') python = "python3";
+  std::vector<std::string> words = {python, "-m", "kbox_client.eval_dir"};
+  words.insert(words.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& w : words) argv.push_back(w.data());
+  argv.push_back(nullptr);
+  ::execvp(python, argv.data());
+  std::cerr << "kbox: eval-dir: cannot run " << python << ": " << std::strerror(errno) << "\n";
+  return kServerError;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -318,6 +359,7 @@ int main(int argc, char** argv) {
   if (command == "eval") return Eval(args);
   if (command == "check") return Check(args);
   if (command == "info") return Info(args);
+  if (command == "eval-dir") return EvalDir(argv[0], args);
   if (command == "-h" || command == "--help" || command == "help") {
     std::cout << kUsage;
     return 0;

@@ -86,3 +86,12 @@ def test_bad_submissions_name_the_field(daemon):
     reply = it.request(daemon.port, "PUT", "/v1/jobs", b"{}", "application/json")
     assert reply.status == 405, reply
     assert json.loads(reply.body)["field"] == "method"
+
+
+def test_a_batch_that_can_never_fit_is_a_400_naming_the_limit(daemon):
+    info = it.request(daemon.port, "GET", "/v1/info").json()
+    limit = info["max_in_flight_jobs"]
+    reply = _submit(daemon, [_item(seed=100 + i) for i in range(limit + 1)])
+    assert reply.status == 400, reply
+    body = reply.json()
+    assert body["field"] == "jobs" and "max_in_flight_jobs is %d" % limit in body["message"], body

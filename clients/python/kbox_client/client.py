@@ -1,9 +1,11 @@
 """The blocking client. Thread-safe: one Client may serve many threads."""
 from __future__ import annotations
 
+import concurrent.futures
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
+from . import many
 from . import operations as ops
 from . import sync_transport
 from .client_base import ClientBase
@@ -70,6 +72,37 @@ class Client(ClientBase):
         concurrently in kboxd; waiting on them in turn costs nothing)."""
         jobs = self.submit_batch(requests, idempotency_keys)
         return [self.wait(job, timeout_s) for job in jobs]
+
+    def evaluate_many(self, requests: Sequence[dict], *, timeout_s: Optional[float] = None,
+                      return_exceptions: bool = False) -> Iterator[Tuple[int, object]]:
+        """Evaluates any number of requests and yields (index, result) as
+        each finishes, in no particular order.
+
+        Work is split to fit kboxd's limits, read from /v1/info: at most
+        min(max_in_flight_jobs, the token's max_concurrent_jobs) jobs per
+        submission and in flight per endpoint. Requests with the same
+        reference go to the same endpoint (rendezvous hashing on the
+        reference), so its reference timing cache stays warm for a GRPO
+        group. A job that fails in the client (retries exhausted, a wait
+        timeout) raises, or with return_exceptions is yielded as its
+        exception."""
+        plan = many.Plan(requests, [self.info(e) for e in self.endpoints])
+        with concurrent.futures.ThreadPoolExecutor(max_workers=plan.window) as pool:
+            running: Dict[concurrent.futures.Future, int] = {}
+            while plan.pending or running:
+                while plan.pending and len(running) < plan.window:
+                    route, chunk = plan.next_chunk(plan.window - len(running))
+                    jobs = self._run(ops.submit(self._ctx, [(None, requests[i]) for i in chunk],
+                                                route_key=route))
+                    for index, job in zip(chunk, jobs):
+                        running[pool.submit(self.wait, job, timeout_s)] = index
+                done, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
+                for future in done:
+                    index = running.pop(future)
+                    error = future.exception()
+                    if error is not None and not return_exceptions:
+                        raise error
+                    yield index, (error if error is not None else future.result())
 
     def status(self, job: Job) -> Job:
         """Refreshes job's state without waiting."""

@@ -103,14 +103,16 @@ def exchange(ctx: Context, method: str, path: str, body: Optional[bytes] = None,
 
 # -- jobs --------------------------------------------------------------------------------
 
-def submit(ctx: Context, items: Sequence[Tuple[Optional[str], dict]]) -> Op:
+def submit(ctx: Context, items: Sequence[Tuple[Optional[str], dict]],
+           route_key: Optional[str] = None) -> Op:
     """POST /v1/jobs with (key, request) pairs, all or none admitted; a None
     key is drawn here, so that a retried submission never runs a job twice.
-    Returns the Jobs in order."""
+    `route_key` picks the endpoint (rendezvous hashing) when given, else the
+    first caller-chosen key does. Returns the Jobs in order."""
     if not items:
         raise ValueError("submit needs at least one request")
     keyed = [(key or new_key(), bool(key), request) for key, request in items]
-    sticky = next((k for k, caller, _ in keyed if caller), None)
+    sticky = route_key or next((k for k, caller, _ in keyed if caller), None)
     body = encode_json({"jobs": [{"idempotency_key": k, "request": r} for k, _, r in keyed]})
     reply = yield from exchange(ctx, "POST", "/v1/jobs", body, key=sticky,
                                 idempotency_key=keyed[0][0])

@@ -8,6 +8,7 @@ Daemons (all started at once, so their start-up probes overlap):
   single   --max-in-flight-jobs 1: refusals with Retry-After, and the
            INFRA_ERROR test (which breaks its jobs directory for a moment).
   doomed   stopped by the failover test while it still holds a job.
+  sixteen  --max-in-flight-jobs 16: evaluate_many splitting 500 jobs to fit.
 """
 import os
 import shutil
@@ -100,7 +101,8 @@ def _await_ready(daemon):
 def daemons():
     started = {"main": _launch("main", ["--cpu-run-slots", "2", "--compile-workers", "4"]),
                "single": _launch("single", ["--cpu-run-slots", "1", "--max-in-flight-jobs", "1"]),
-               "doomed": _launch("doomed", ["--cpu-run-slots", "1"])}
+               "doomed": _launch("doomed", ["--cpu-run-slots", "1"]),
+               "sixteen": _launch("sixteen", ["--cpu-run-slots", "2", "--max-in-flight-jobs", "16"])}
     try:
         for d in started.values():
             _await_ready(d)
@@ -124,6 +126,11 @@ def kboxd_single(daemons):
 @pytest.fixture(scope="session")
 def kboxd_doomed(daemons):
     return daemons["doomed"]
+
+
+@pytest.fixture(scope="session")
+def kboxd_sixteen(daemons):
+    return daemons["sixteen"]
 
 
 def case(name):

@@ -247,3 +247,21 @@ def test_a_draining_daemons_503_with_retry_after_is_retried_after_the_wait():
     with pytest.raises(StopIteration) as done:
         op.send(Response(again.endpoint, 200, {}, b'{"jobs":[]}'))
     assert done.value.value.status == 200
+
+
+def test_evaluate_many_plans_chunks_that_fit_and_keep_a_reference_together():
+    from kbox_client import many
+    requests = [{"reference_source": "A"}] * 5 + [{"reference_source": "B"}] * 3 + [{"reference_source": "A"}]
+    infos = [{"max_in_flight_jobs": 4, "token_max_concurrent_jobs": 0},
+             {"max_in_flight_jobs": 64, "token_max_concurrent_jobs": 3}]
+    plan = many.Plan(requests, infos)
+    assert plan.batch == 3 and plan.window == 7
+    chunks = []
+    while plan.pending:
+        chunks.append(plan.next_chunk(room=7))
+    assert [c for _, c in chunks] == [[0, 1, 2], [3, 4, 8], [5, 6, 7]]
+    assert chunks[0][0] == chunks[1][0] == many.route_of({"reference_source": "A"})
+    assert chunks[2][0] != chunks[0][0]
+    # Never more than the room left in the window.
+    plan = many.Plan(requests, infos)
+    assert plan.next_chunk(room=1)[1] == [0]
