@@ -62,7 +62,8 @@ const char* kUsage =
     "  candidate.py:LINE:COL: SEVERITY RULE-ID: MESSAGE\n"
     "--profile names an anti-cheat profile of the server (`kbox info` lists them);\n"
     "--rule ID=SEVERITY (repeatable) sets one rule to reject, suspicious, info or off.\n"
-    "The server URL defaults to $KBOX_SERVER, then http://127.0.0.1:8080.\n"
+    "The server URL defaults to $KBOX_URL (its first URL), then $KBOX_SERVER, then\n"
+    "http://127.0.0.1:8080, as in the Python client.\n"
     "--token-file PATH (every command) sends the API token in PATH; else $KBOX_TOKEN, if set.\n"
     "Exit status: 0 answered (eval: any result; check: nothing rejected);\n"
     "  1 check: an anti-cheat rule rejects the candidate;\n"
@@ -83,7 +84,13 @@ bool ReadFile(const std::string& path, std::string& out) {
   return true;
 }
 
+// The same variables as the Python client's: $KBOX_URL (its first URL when
+// it lists several), then $KBOX_SERVER.
 std::string DefaultServer() {
+  if (const char* urls = std::getenv("KBOX_URL"); urls && *urls) {
+    const std::string all(urls);
+    return all.substr(0, all.find(','));
+  }
   const char* env = std::getenv("KBOX_SERVER");
   return env && *env ? env : "http://127.0.0.1:8080";
 }
@@ -153,7 +160,7 @@ int Eval(const std::vector<std::string>& args) {
   std::string request_id, profile;
   std::vector<std::string> rules;
   po::options_description desc("kbox eval options");
-  desc.add_options()("server", po::value(&server), "kboxd URL (default $KBOX_SERVER)")(
+  desc.add_options()("server", po::value(&server), "kboxd URL (default $KBOX_URL, then $KBOX_SERVER)")(
       "token-file", po::value(&token_file), "file holding the API token (default $KBOX_TOKEN)")(
       "reference", po::value(&reference), "reference .py (class Model, get_inputs, get_init_inputs)")(
       "candidate", po::value(&candidate), "candidate .py (class ModelNew)")(
@@ -223,7 +230,7 @@ int Check(const std::vector<std::string>& args) {
   std::string profile, request_id;
   std::vector<std::string> rules;
   po::options_description desc("kbox check options");
-  desc.add_options()("server", po::value(&server), "kboxd URL (default $KBOX_SERVER)")(
+  desc.add_options()("server", po::value(&server), "kboxd URL (default $KBOX_URL, then $KBOX_SERVER)")(
       "token-file", po::value(&token_file), "file holding the API token (default $KBOX_TOKEN)")(
       "file", po::value(&file), "candidate .py to check (the positional FILE)")(
       "reference", po::value(&reference), "reference .py (optional: lets the checks know its names)")(

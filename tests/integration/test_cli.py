@@ -89,3 +89,15 @@ def test_info_lists_cpu_backend(daemon):
     info = json.loads(p.stdout)
     assert "BACKEND_CPU" in info["backends"], info
     assert info["cpu_run_slots"] == 2, info
+
+
+def test_the_cli_reads_the_python_clients_server_variable():
+    """$KBOX_URL (its first URL) before $KBOX_SERVER, as kbox_client does."""
+    env = dict(os.environ, KBOX_URL="http://127.0.0.1:1,http://127.0.0.1:2", KBOX_SERVER="http://127.0.0.1:3")
+    p = subprocess.run([os.path.join(it.bin_dir(), "kbox"), "info"], env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 3 and "127.0.0.1:1" in p.stderr, p.stderr
+    del env["KBOX_URL"]
+    p = subprocess.run([os.path.join(it.bin_dir(), "kbox"), "info"], env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 3 and "127.0.0.1:3" in p.stderr, p.stderr
