@@ -4,10 +4,18 @@
 
 #include <algorithm>
 
+#include "daemon/version.h"
 #include "policy/static_check/rule_catalog.h"
 
 namespace kbox {
 namespace {
+
+const prometheus::Histogram::BucketBoundaries& SpeedupBuckets() {
+  // Most candidates are slower than PyTorch; a few are much faster.
+  static const prometheus::Histogram::BucketBoundaries buckets = {
+      0.1, 0.25, 0.5, 0.75, 0.9, 1, 1.1, 1.25, 1.5, 2, 3, 5, 10, 100};
+  return buckets;
+}
 
 const prometheus::Histogram::BucketBoundaries& PhaseBuckets() {
   // From a static check (sub-millisecond) to a cold CUDA build (minutes).
@@ -185,6 +193,14 @@ Metrics::Metrics(const MetricLabelSets& sets)
                          .Help("1 while candidates run WITHOUT the sandbox (development mode).")
                          .Register(*registry_)
                          .Add({})),
+      build_info_(prometheus::BuildGauge()
+                      .Name("kbox_build_info")
+                      .Help("1, labelled with kboxd's version (join on it in queries).")
+                      .Register(*registry_)),
+      speedup_(prometheus::BuildHistogram()
+                   .Name("kbox_speedup")
+                   .Help("Speedups of timed, correct and rewardable jobs, by backend.")
+                   .Register(*registry_)),
       build_cache_hits_(prometheus::BuildCounter()
                             .Name("kbox_build_cache_hits_total")
                             .Help("Jobs whose build came from the build cache (compile stage skipped).")
@@ -253,6 +269,7 @@ Metrics::Metrics(const MetricLabelSets& sets)
                             .Register(*registry_)),
       journal_restored_done_(journal_restored_.Add({{"state", "done"}})),
       journal_restored_requeued_(journal_restored_.Add({{"state", "requeued"}})) {
+  build_info_.Add({{"version", kVersion}}).Set(1);
   // Every series of the closed sets, at 0, so that rate() sees a job's
   // first increment and a dashboard finds every name from the first scrape.
   for (v1::Backend b : sets.backends) {
@@ -264,6 +281,7 @@ Metrics::Metrics(const MetricLabelSets& sets)
     for (const char* phase : kPhases) {
       phase_seconds_.Add({{"backend", BackendLabel(b)}, {"phase", phase}}, PhaseBuckets());
     }
+    speedup_.Add({{"backend", BackendLabel(b)}}, SpeedupBuckets());
     for (const char* stage : {"compile", "run"}) {
       stage_cpu_seconds_total_.Add({{"backend", BackendLabel(b)}, {"stage", stage}});
     }
@@ -317,6 +335,9 @@ void Metrics::RecordJob(const v1::EvaluateResult& result, const JobTrace& trace)
   const std::string backend = BackendLabel(result.settings().backend());
   jobs_total_.Add({{"backend", backend}, {"status", Lower(v1::Status_Name(result.status()))}})
       .Increment();
+  if (result.status() == v1::CORRECT && result.rewardable() && result.speedup() > 0) {
+    speedup_.Add({{"backend", backend}}, SpeedupBuckets()).Observe(result.speedup());
+  }
   const auto& d = result.durations();
   const struct {
     const char* phase;

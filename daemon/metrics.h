@@ -176,6 +176,8 @@ class Metrics {
   prometheus::Gauge& jobs_in_flight_;
   prometheus::Gauge& jobs_in_flight_limit_;
   prometheus::Gauge& insecure_mode_;
+  prometheus::Family<prometheus::Gauge>& build_info_;
+  prometheus::Family<prometheus::Histogram>& speedup_;
   prometheus::Counter& build_cache_hits_;
   prometheus::Counter& build_cache_misses_;
   prometheus::Counter& build_cache_evictions_;

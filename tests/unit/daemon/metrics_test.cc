@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 
+#include "daemon/version.h"
 #include "policy/static_check/rule_catalog.h"
 
 namespace kbox {
@@ -102,6 +103,8 @@ TEST(MetricsTest, DeclaresEveryMetricWithItsType) {
       {"kbox_job_journal_restored_jobs_total", "counter"},
       {"kbox_remote_builds_total", "counter"},
       {"kbox_builds_served_total", "counter"},
+      {"kbox_build_info", "gauge"},
+      {"kbox_speedup", "histogram"},
   };
   EXPECT_EQ(e.types, expected);
   for (const auto& [name, type] : e.types) {
@@ -150,6 +153,8 @@ TEST(MetricsTest, LabelValuesComeFromClosedSets) {
       {"kbox_job_journal_restored_jobs_total", {{"state", {"done", "requeued"}}}},
       {"kbox_remote_builds_total", {{"outcome", {"built", "failed", "fallback"}}}},
       {"kbox_builds_served_total", {{"outcome", {"built", "cached", "failed", "refused"}}}},
+      {"kbox_build_info", {{"version", {kVersion}}}},
+      {"kbox_speedup", {{"backend", backends}}},
   };
   for (const auto& [family, sets] : expected) EXPECT_EQ(e.labels.at(family), sets) << family;
   // The unlabelled ones carry no label at all.
@@ -231,6 +236,26 @@ TEST(MetricsTest, RecordJobCountsStatusPhasesAndCauses) {
   EXPECT_EQ(e.samples.at("kbox_job_phase_duration_seconds_bucket")
                 .at(R"(backend="cuda",phase="compile",le="10")"),
             0);
+}
+
+// Only a timed, correct and rewardable job's speedup is observed.
+TEST(MetricsTest, SpeedupsOfRewardableJobsOnly) {
+  Metrics metrics = TwoGpuMetrics();
+  v1::EvaluateResult fast = Job(v1::BACKEND_CUDA, v1::CORRECT);
+  fast.set_rewardable(true);
+  fast.set_speedup(1.8);
+  metrics.RecordJob(fast, JobTrace{});
+  v1::EvaluateResult flagged = fast;
+  flagged.set_rewardable(false);
+  metrics.RecordJob(flagged, JobTrace{});
+  v1::EvaluateResult untimed = Job(v1::BACKEND_CUDA, v1::CORRECT);
+  untimed.set_rewardable(true);
+  metrics.RecordJob(untimed, JobTrace{});
+  const Exposition e = Parse(metrics.Serialize());
+  EXPECT_EQ(e.samples.at("kbox_speedup_count").at(R"(backend="cuda")"), 1);
+  EXPECT_EQ(e.samples.at("kbox_speedup_bucket").at(R"(backend="cuda",le="2")"), 1);
+  EXPECT_EQ(e.samples.at("kbox_speedup_bucket").at(R"(backend="cuda",le="1.5")"), 0);
+  EXPECT_EQ(e.samples.at("kbox_build_info").at(std::string("version=\"") + kVersion + "\""), 1);
 }
 
 TEST(MetricsTest, WorkersDevicesAndQueues) {
