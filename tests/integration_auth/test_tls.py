@@ -89,6 +89,19 @@ def test_https_with_a_verified_certificate_and_a_token(tls_kboxd):
     assert status == 200 and b'"token_name": "alice"' in body.replace(b'":"', b'": "'), body
 
 
+def test_the_python_client_over_https_with_a_ca_file(tls_kboxd):
+    import sys
+    sys.path.insert(0, os.path.join(it.REPO, "clients", "python"))
+    from kbox_client import Client, KboxError, RetryPolicy
+    url = "https://127.0.0.1:%d" % tls_kboxd.port
+    once = RetryPolicy(max_attempts=1, max_infra_retries=0)
+    assert Client(url, token=ALICE, ca_file=tls_kboxd.cert).info()["token_name"] == "alice"
+    # Without the CA the self-signed certificate is refused; verify=False takes it.
+    with pytest.raises(KboxError):
+        Client(url, token=ALICE, retry=once).info()
+    assert Client(url, token=ALICE, verify=False).info()["token_name"] == "alice"
+
+
 def test_plain_http_gets_no_answer(tls_kboxd):
     raw, _ = it.raw_exchange(tls_kboxd.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
     assert it.status_of(raw) is None, raw[:200]

@@ -28,7 +28,7 @@ async def _exchange(call: Call, token: Optional[str]) -> Response:
     ep = call.endpoint
     try:
         reader, writer = await asyncio.open_connection(
-            ep.host, ep.port, ssl=ssl.create_default_context() if ep.scheme == "https" else None,
+            ep.host, ep.port, ssl=(ep.ssl_context or ssl.create_default_context()) if ep.scheme == "https" else None,
             limit=MAX_HEADER_BYTES)
     except OSError as e:
         raise ConnectionFailed(ep.url, "cannot connect: %s" % (e.strerror or e), sent=False)

@@ -3,6 +3,7 @@ policy, and turning arguments into request bodies."""
 from __future__ import annotations
 
 import os
+import ssl
 from typing import Callable, List, Optional, Sequence, Tuple, Union
 
 from .endpoints import Endpoint, EndpointPool
@@ -33,15 +34,26 @@ class ClientBase(object):
     """endpoints: a URL, a comma-separated list or a sequence of URLs; None
     reads $KBOX_URL (then $KBOX_SERVER, then http://127.0.0.1:8080).
     token: the bearer secret; None reads $KBOX_TOKEN; "" sends none.
+    ca_file: PEM CA bundle for https endpoints (None: $KBOX_CA_FILE, else the
+    system's); verify=False skips certificate checks.
     retry: bounds of retries (RetryPolicy()); on_retry: called with a
     RetryEvent before every wait or resubmission (for logs and metrics; the
     event never holds the token or request bodies)."""
 
     def __init__(self, endpoints: Union[None, str, Sequence[str]] = None, *,
                  token: Optional[str] = None, retry: Optional[RetryPolicy] = None,
-                 on_retry: Optional[Callable[[RetryEvent], None]] = None):
+                 on_retry: Optional[Callable[[RetryEvent], None]] = None,
+                 ca_file: Optional[str] = None, verify: bool = True):
         self.retry_policy = retry or RetryPolicy()
         self.pool = EndpointPool(endpoints, cooldown_s=self.retry_policy.endpoint_cooldown_s)
+        # https endpoints: the system's CAs, or ca_file (None reads $KBOX_CA_FILE);
+        # verify=False accepts any certificate (a test rig, never production).
+        context = ssl.create_default_context(cafile=ca_file or os.environ.get("KBOX_CA_FILE") or None)
+        if not verify:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        for endpoint in self.pool.endpoints:
+            endpoint.ssl_context = context
         self._token = _Secret(os.environ.get("KBOX_TOKEN") if token is None else token)
         self._ctx = Context(self.pool, self.retry_policy, on_retry)
         self._once = Context(self.pool, RetryPolicy(max_attempts=1, max_infra_retries=0))

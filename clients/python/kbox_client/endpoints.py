@@ -40,6 +40,7 @@ class Endpoint(object):
             else "%s:%d" % (host, self.port)
         self.outstanding = 0
         self.down_until = 0.0
+        self.ssl_context = None  # set by the client: its CA file and verify switch
 
     def __repr__(self):
         return "Endpoint(%s)" % self.url

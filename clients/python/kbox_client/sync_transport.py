@@ -15,7 +15,7 @@ def perform(call: Call, token: Optional[str]) -> Response:
     ep = call.endpoint
     if ep.scheme == "https":
         conn = http.client.HTTPSConnection(ep.host, ep.port, timeout=call.timeout_s,
-                                           context=ssl.create_default_context())
+                                           context=ep.ssl_context or ssl.create_default_context())
     else:
         conn = http.client.HTTPConnection(ep.host, ep.port, timeout=call.timeout_s)
     sent = False
