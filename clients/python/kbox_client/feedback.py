@@ -287,3 +287,34 @@ def _sandbox_violation(result: dict, source: Optional[str]) -> str:
 
 def _num(x) -> str:
     return "%.4g" % float(x)
+
+
+def next_turn_feedback(result: dict, candidate_source: Optional[str] = None) -> dict:
+    """The same feedback as a dict, for trainers that build their own turn:
+    {"status", "text" (next_turn_message's), "rewardable"} and, by status,
+    "compile_errors" (the first diagnostics, lines of candidate.py),
+    "trials_failed"/"trials", "error_type"/"error_line", "rejected_by"
+    (rule, line, message), "speedup". Built from the same fields as the
+    text, so it holds no seed and no reference value either. Raises as
+    next_turn_message does for INFRA_ERROR and REFERENCE_ERROR."""
+    text = next_turn_message(result, candidate_source)
+    status = result["status"]
+    out: dict = {"status": status, "text": text, "rewardable": bool(result.get("rewardable"))}
+    if status == "COMPILE_ERROR":
+        trimmed = trim_compile_log((result.get("compile_log") or {}).get("text", ""))
+        out["compile_errors"] = [line for line in trimmed.splitlines() if _DIAGNOSTIC.match(line)]
+    elif status == "INCORRECT":
+        trials = result.get("trials", [])
+        out["trials"] = len(trials)
+        out["trials_failed"] = sum(1 for t in trials if not t.get("passed"))
+    elif status in ("RUNTIME_ERROR", "TIMEOUT"):
+        error = result.get("runtime_error") or {}
+        out["error_type"] = error.get("type") or ""
+        out["error_line"] = int(error.get("candidate_line") or 0)
+    elif status == "REJECTED":
+        out["rejected_by"] = [{"rule": v.get("rule_id", ""), "line": int(v.get("line") or 0),
+                               "message": scrub_seeds(v.get("message", ""), result)}
+                              for v in result.get("verdicts", []) if v.get("severity") == "REJECT"]
+    elif status == "CORRECT":
+        out["speedup"] = result.get("speedup")
+    return out

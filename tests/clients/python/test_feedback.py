@@ -4,7 +4,7 @@ import re
 
 from conftest import case, python_job, rejected_job
 from kbox_client import Client
-from kbox_client.feedback import next_turn_message
+from kbox_client.feedback import next_turn_feedback, next_turn_message
 
 REQUEST_SEED = 1234567891
 
@@ -71,3 +71,19 @@ def test_rejected_message(kboxd):
     assert "py.matmul-operator (candidate.py:" in message
     assert "the @ operator in forward is a library matmul" in message
     assert_no_secrets(message, result)
+
+
+def test_structured_feedback_for_each_status(build_jobs, kboxd):
+    broken = build_jobs.result("syntax_error")
+    fb = next_turn_feedback(broken, case("cand_cpp_syntax_error.py"))
+    assert fb["status"] == "COMPILE_ERROR" and fb["text"] == next_turn_message(broken, case("cand_cpp_syntax_error.py"))
+    assert fb["compile_errors"] and all("candidate.py:" in e for e in fb["compile_errors"]), fb
+    client = Client(kboxd.url)
+    wrong = client.evaluate(python_job("cand_matmul_wrong_values.py", seed=str(REQUEST_SEED)))
+    fb = next_turn_feedback(wrong)
+    assert fb["trials_failed"] == fb["trials"] == 2 and not fb["rewardable"], fb
+    rejected = client.evaluate(rejected_job())
+    fb = next_turn_feedback(rejected)
+    assert [r["rule"] for r in fb["rejected_by"]] == ["py.matmul-operator"] and fb["rejected_by"][0]["line"] > 0
+    for result in (broken, wrong, rejected):
+        assert_no_secrets(repr(next_turn_feedback(result)), result)
