@@ -207,11 +207,16 @@ ApiHandler::Route ApiHandler::Resolve(const HttpRequest& req, const std::string&
   } else if (target == "/v1/check") {
     if (only(http::verb::post)) return Route::kCheck;
   } else if (target == "/v1/jobs") {
-    if (only(http::verb::post)) {
+    if (method == http::verb::get) {
+      res = ListJobs(req, caller);
+    } else if (method == http::verb::post) {
       res = draining_.load()
                 ? Unavailable("kboxd is draining (shutting down); retry on another replica or later",
                               Encoding::kJson)
                 : Submit(req, caller);
+    } else {
+      res = Error(http::status::method_not_allowed, "method", target + " accepts GET and POST only");
+      res.set(http::field::allow, "GET, POST");
     }
   } else if (target.starts_with("/v1/jobs/") && target.size() > 9) {
     if (only(http::verb::get)) return Route::kGetJob;

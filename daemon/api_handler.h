@@ -104,6 +104,8 @@ class ApiHandler {
   // POST /v1/builds on a compile (or all) role kboxd (docs/compile-tier.md).
   boost::asio::awaitable<HttpResponse> ServeBuild(const HttpRequest& request, const Caller& caller);
   HttpResponse Submit(const HttpRequest& request, const Caller& caller);
+  // GET /v1/jobs[?state=S]: the caller's jobs (api_jobs.cc).
+  HttpResponse ListJobs(const HttpRequest& request, const Caller& caller);
   boost::asio::awaitable<HttpResponse> GetJob(const HttpRequest& request, std::string job_id,
                                               const Caller& caller);
   // The job pool's side of a submitted job: run it, give its place back,

@@ -5,6 +5,8 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <optional>
+#include <string_view>
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -39,6 +41,23 @@ std::string RequestDigest(const v1::EvaluateRequest& request) {
   return std::to_string(std::hash<std::string>{}(bytes));
 }
 
+// The value of query parameter `name` in `target`, or nullopt.
+std::optional<std::string_view> QueryValue(std::string_view target, std::string_view name) {
+  const auto q = target.find('?');
+  if (q == std::string_view::npos) return std::nullopt;
+  std::string_view query = target.substr(q + 1);
+  while (!query.empty()) {
+    const auto amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    if (pair.size() > name.size() && pair.starts_with(name) && pair[name.size()] == '=') {
+      return pair.substr(name.size() + 1);
+    }
+    if (amp == std::string_view::npos) break;
+    query.remove_prefix(amp + 1);
+  }
+  return std::nullopt;
+}
+
 // The `wait` query parameter in seconds, bounded; 0 when absent or malformed.
 int WaitSeconds(std::string_view target) {
   const auto q = target.find('?');
@@ -64,6 +83,21 @@ int WaitSeconds(std::string_view target) {
 
 // Not a coroutine: nothing here waits, and protobuf messages in a coroutine
 // frame draw GCC 12's false -Wmismatched-new-delete.
+HttpResponse ApiHandler::ListJobs(const HttpRequest& req, const Caller& caller) {
+  auto state = v1::JobStatus::STATE_UNSPECIFIED;
+  if (const auto value = QueryValue(std::string_view(req.target()), "state")) {
+    if (!v1::JobStatus::State_Parse(std::string(*value), &state) ||
+        state == v1::JobStatus::STATE_UNSPECIFIED) {
+      return Error(http::status::bad_request, "state", "state must be QUEUED, RUNNING or DONE");
+    }
+  }
+  v1::JobList list;
+  for (auto& job : jobs_.List(caller.token, state, JobStore::Clock::now())) {
+    *list.add_jobs() = std::move(job);
+  }
+  return Reply(http::status::ok, list, Encoding::kJson);
+}
+
 HttpResponse ApiHandler::Submit(const HttpRequest& req, const Caller& caller) {
   const auto received = Evaluator::Clock::now();
   auto encoding = EncodingFromContentType(std::string(req[http::field::content_type]));
@@ -109,19 +143,12 @@ HttpResponse ApiHandler::Submit(const HttpRequest& req, const Caller& caller) {
   // A batch kboxd could never admit whole is the caller's error, not a
   // busy daemon's: 400 naming the limit, so a client splits it instead of
   // retrying it forever.
-  const auto never_fits = [&](uint32_t limit, const std::string& what) {
+  const auto never_fits = [&](uint32_t fresh, uint32_t limit, const std::string& what) {
     return Error(http::status::bad_request, "jobs",
-                 "a batch of " + std::to_string(pending.size()) + " jobs can never be admitted at once: " +
+                 "a batch of " + std::to_string(fresh) + " new jobs can never be admitted at once: " +
                      what + " is " + std::to_string(limit) + "; send at most that many per request",
                  *encoding);
   };
-  if (pending.size() > config_.max_in_flight_jobs()) {
-    return never_fits(config_.max_in_flight_jobs(), "max_in_flight_jobs");
-  }
-  if (caller.max_concurrent_jobs > 0 && pending.size() > caller.max_concurrent_jobs) {
-    return never_fits(caller.max_concurrent_jobs, "token " + caller.token + "'s max_concurrent_jobs");
-  }
-
   const auto now = JobStore::Clock::now();
   auto withdraw = [&] {
     for (const Pending& p : pending) {
@@ -151,6 +178,14 @@ HttpResponse ApiHandler::Submit(const HttpRequest& req, const Caller& caller) {
   }
   // Only fresh jobs take a place: a resubmitted key is the job already
   // counted, so a retry at the token's limit still gets its job back.
+  if (fresh > config_.max_in_flight_jobs()) {
+    withdraw();
+    return never_fits(fresh, config_.max_in_flight_jobs(), "max_in_flight_jobs");
+  }
+  if (caller.max_concurrent_jobs > 0 && fresh > caller.max_concurrent_jobs) {
+    withdraw();
+    return never_fits(fresh, caller.max_concurrent_jobs, "token " + caller.token + "'s max_concurrent_jobs");
+  }
   if (fresh > 0) {
     auto leases = admission_.TryAcquire(caller.token, caller.max_concurrent_jobs, fresh);
     if (!leases) {

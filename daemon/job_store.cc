@@ -100,6 +100,23 @@ std::optional<v1::JobStatus> JobStore::Get(const std::string& job_id, const std:
   return it->second.status;
 }
 
+std::vector<v1::JobStatus> JobStore::List(const std::string& owner, v1::JobStatus::State state,
+                                          Clock::time_point now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ExpireLocked(now);
+  std::vector<v1::JobStatus> out;
+  for (const auto& [id, entry] : jobs_) {
+    if (entry.owner != owner) continue;
+    if (state != v1::JobStatus::STATE_UNSPECIFIED && entry.status.state() != state) continue;
+    v1::JobStatus brief;
+    brief.set_job_id(entry.status.job_id());
+    brief.set_state(entry.status.state());
+    brief.set_idempotency_key(entry.status.idempotency_key());
+    out.push_back(std::move(brief));
+  }
+  return out;
+}
+
 size_t JobStore::size() const {
   std::lock_guard<std::mutex> lock(mu_);
   return jobs_.size();

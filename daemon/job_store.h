@@ -22,6 +22,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 #include <utility>
 
 #include "kbox/v1/api.pb.h"
@@ -76,6 +77,11 @@ class JobStore {
   // expired, or not `owner`'s.
   std::optional<v1::JobStatus> Get(const std::string& job_id, const std::string& owner,
                                    Clock::time_point now);
+
+  // The owner's jobs (state, id, key; no results) in job id order, only
+  // those in `state` unless it is STATE_UNSPECIFIED.
+  std::vector<v1::JobStatus> List(const std::string& owner, v1::JobStatus::State state,
+                                  Clock::time_point now);
 
   size_t size() const;
 

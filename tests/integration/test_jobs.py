@@ -95,3 +95,19 @@ def test_a_batch_that_can_never_fit_is_a_400_naming_the_limit(daemon):
     assert reply.status == 400, reply
     body = reply.json()
     assert body["field"] == "jobs" and "max_in_flight_jobs is %d" % limit in body["message"], body
+
+
+def test_the_callers_jobs_are_listed_by_state(daemon):
+    job = _submit(daemon, [_item("listed", seed=200)]).json()["jobs"][0]
+    _wait(daemon, job["job_id"])
+    listed = it.request(daemon.port, "GET", "/v1/jobs?state=DONE").json()["jobs"]
+    mine = [j for j in listed if j["job_id"] == job["job_id"]]
+    assert mine and mine[0]["state"] == "DONE" and mine[0]["idempotency_key"] == "listed", listed
+    assert not mine[0].get("result")
+    assert all(j["state"] == "DONE" for j in listed)
+    everything = it.request(daemon.port, "GET", "/v1/jobs").json()["jobs"]
+    assert job["job_id"] in {j["job_id"] for j in everything}
+    reply = it.request(daemon.port, "GET", "/v1/jobs?state=SOON")
+    assert reply.status == 400 and reply.json()["field"] == "state", reply
+    reply = it.request(daemon.port, "DELETE", "/v1/jobs")
+    assert reply.status == 405 and reply.headers.get("allow") == "GET, POST", reply

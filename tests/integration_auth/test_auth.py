@@ -389,9 +389,11 @@ def test_finished_and_refused_jobs_give_their_place_back(kboxd):
         sub = kboxd.submit(ALICE, static_reject("async-%d" % i))
         assert sub.status == 200, sub
         kboxd.wait_done(ALICE, sub.json()["jobs"][0]["job_id"])
-    # A batch over her limit is refused whole and holds nothing afterwards.
+    # A batch over her limit could never fit: refused whole with 400 naming the
+    # limit (not a retryable 429), and it holds nothing afterwards.
     batch = {"jobs": [{"request": static_reject("batch-a")}, {"request": static_reject("batch-b")}]}
-    assert_retry_later(kboxd.post("/v1/jobs", batch, ALICE))
+    body = assert_error(kboxd.post("/v1/jobs", batch, ALICE), 400, "INVALID_ARGUMENT")
+    assert body["field"] == "jobs" and "max_concurrent_jobs is 1" in body["message"], body
     # A batch refused for a key conflict holds nothing either.
     first = kboxd.submit(ALICE, static_reject("conflict-1"), key="conflict")
     kboxd.wait_done(ALICE, first.json()["jobs"][0]["job_id"])

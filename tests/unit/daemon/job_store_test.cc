@@ -131,3 +131,37 @@ TEST_F(JobStoreTest, WithdrawFreesTheKeyOfItsOwnerOnly) {
 
 }  // namespace
 }  // namespace kbox
+
+namespace kbox {
+namespace {
+
+TEST(JobStoreListTest, AnOwnersJobsByStateWithoutResults) {
+  JobStore store{JobStore::Options{.result_ttl = std::chrono::seconds(60), .max_jobs = 10, .on_expired = {}}};
+  const auto now = JobStore::Clock::now();
+  int ids = 0;
+  const auto admit = [&](const std::string& owner, const std::string& key) {
+    return store.Admit(owner, key, "d", [&] { return "job-" + std::to_string(++ids); }, now).job_id;
+  };
+  const std::string a = admit("alice", "k1"), b = admit("alice", ""), c = admit("bob", "k1");
+  store.MarkRunning(b);
+  v1::EvaluateResult result;
+  result.set_status(v1::CORRECT);
+  store.Complete(a, result, now);
+  const auto all = store.List("alice", v1::JobStatus::STATE_UNSPECIFIED, now);
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].job_id(), a);
+  EXPECT_EQ(all[0].state(), v1::JobStatus::DONE);
+  EXPECT_EQ(all[0].idempotency_key(), "k1");
+  EXPECT_FALSE(all[0].has_result());  // GET /v1/jobs/<id> has it
+  const auto running = store.List("alice", v1::JobStatus::RUNNING, now);
+  ASSERT_EQ(running.size(), 1u);
+  EXPECT_EQ(running[0].job_id(), b);
+  // Another owner's jobs are never listed.
+  EXPECT_EQ(store.List("bob", v1::JobStatus::STATE_UNSPECIFIED, now).size(), 1u);
+  EXPECT_EQ(store.List("bob", v1::JobStatus::STATE_UNSPECIFIED, now)[0].job_id(), c);
+  // Expired results leave the list.
+  EXPECT_EQ(store.List("alice", v1::JobStatus::DONE, now + std::chrono::seconds(61)).size(), 0u);
+}
+
+}  // namespace
+}  // namespace kbox
