@@ -93,15 +93,8 @@ Evaluator::BuildAnswer Evaluator::Build(const v1::BuildRequest& ask,
   if (hit) {
     entry.emplace(std::move(*flight.entry()));
   } else {
-    WorkspaceOptions options;
-    options.keep = config_.keep_job_dirs();
-    if (sandbox_.settings) {
-      options.owner_uid = sandbox_.settings->uid;
-      options.owner_gid = sandbox_.settings->gid;
-    }
-    if (sandbox_.scratch_capped) options.scratch_bytes = config_.job_scratch_bytes();
     auto ws = JobWorkspace::Create(config_.work_dir(), "build-" + NextJobId(), job.reference_source(),
-                                   job.candidate_source(), options);
+                                   job.candidate_source(), JobWorkspaceOptions());
     if (!ws) return refuse(500, "", "cannot prepare the build's directory: " + ws.error().message);
     auto worker = compile_slots_.Acquire(tenant);
     if (stop_starting_.load() || cancelled_.load()) return refuse(503, "", "kboxd is draining");
@@ -169,9 +162,8 @@ Evaluator::TierOutcome Evaluator::BuildOnTier(const v1::EvaluateRequest& request
     result.set_status(theirs.status());
     result.set_message(theirs.message());
     *result.mutable_compile_log() = theirs.compile_log();
-    for (const v1::Verdict& v : theirs.verdicts()) {
-      if (theirs.status() == v1::REJECTED) *result.add_verdicts() = v;
-    }
+    // A rejection's verdicts say why; the static ones of this node are in result already.
+    if (theirs.status() == v1::REJECTED) result.mutable_verdicts()->MergeFrom(theirs.verdicts());
     output = theirs.output_tail();
     result.set_output_tail(output);
     result.mutable_durations()->set_compile_ms(MsSince(started));

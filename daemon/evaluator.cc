@@ -308,6 +308,17 @@ v1::StageSpec Evaluator::MakeSpec(const JobWorkspace& ws, const v1::EffectiveSet
   return spec;
 }
 
+WorkspaceOptions Evaluator::JobWorkspaceOptions() const {
+  WorkspaceOptions options;
+  options.keep = config_.keep_job_dirs();
+  if (sandbox_.settings) {
+    options.owner_uid = sandbox_.settings->uid;
+    options.owner_gid = sandbox_.settings->gid;
+  }
+  if (sandbox_.scratch_capped) options.scratch_bytes = config_.job_scratch_bytes();
+  return options;
+}
+
 StageOutcome Evaluator::RunCompileStage(const JobWorkspace& ws, const v1::EffectiveSettings& settings,
                                         const std::string& cuda_arch, bool report_sources,
                                         uint32_t worker) {
@@ -486,13 +497,7 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
   const bool deferred = !checked.report.deferred.empty();
   std::vector<std::string> kernel_names = checked.report.kernel_names;
 
-  WorkspaceOptions options;
-  options.keep = config_.keep_job_dirs();
-  if (sandbox_.settings) {
-    options.owner_uid = sandbox_.settings->uid;
-    options.owner_gid = sandbox_.settings->gid;
-  }
-  if (sandbox_.scratch_capped) options.scratch_bytes = config_.job_scratch_bytes();
+  const WorkspaceOptions options = JobWorkspaceOptions();
   auto ws = JobWorkspace::Create(config_.work_dir(), workspace, request.reference_source(),
                                  request.candidate_source(), options);
   if (!ws) {

@@ -143,6 +143,9 @@ class Evaluator {
   };
   LaneName TakeLane(const std::string& device);
 
+  // How a job's (or a served build's) workspace is made: its owner the
+  // sandbox user, its scratch capped where the host allows.
+  WorkspaceOptions JobWorkspaceOptions() const;
   // The compile stage of the job in `ws` on local compile worker `worker`.
   StageOutcome RunCompileStage(const JobWorkspace& ws, const v1::EffectiveSettings& settings,
                                const std::string& cuda_arch, bool report_sources, uint32_t worker);

@@ -46,8 +46,6 @@ class RemoteBuilder {
   boost::system::result<v1::BuildResponse, std::string> Build(const v1::BuildRequest& request,
                                                               const std::atomic<bool>* cancel) const;
 
-  const Options& options() const { return options_; }
-
  private:
   Options options_;
 };

@@ -46,6 +46,12 @@ def load_done(path: str) -> Dict[str, dict]:
     return done
 
 
+def correct_speedups(results) -> List[float]:
+    """The speedups of the correct, rewardable and timed results."""
+    return [float(r["speedup"]) for r in results
+            if r.get("status") == "CORRECT" and r.get("rewardable") and float(r.get("speedup") or 0) > 0]
+
+
 def summarize(results: Dict[str, dict]) -> dict:
     """KernelBench's figures over the problems whose outcome is the candidate's."""
     counts: Dict[str, int] = {}
@@ -54,7 +60,7 @@ def summarize(results: Dict[str, dict]) -> dict:
     judged = [r for r in results.values() if r.get("status") not in NOT_OURS]
     n = len(judged)
     correct = [r for r in judged if r.get("status") == "CORRECT" and r.get("rewardable")]
-    speedups = [float(r["speedup"]) for r in correct if float(r.get("speedup") or 0) > 0]
+    speedups = correct_speedups(correct)
 
     def frac(k):
         return k / n if n else 0.0
@@ -165,9 +171,7 @@ def run(client, problems: str, candidates: str, backend: str, out: str,
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
     write_csv(os.path.join(out, "results.csv"), results)
-    write_png(os.path.join(out, "speedup.png"),
-              [float(r["speedup"]) for r in results.values()
-               if r.get("status") == "CORRECT" and float(r.get("speedup") or 0) > 0])
+    write_png(os.path.join(out, "speedup.png"), correct_speedups(results.values()))
     return summary
 
 
