@@ -6,8 +6,10 @@
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 
 namespace kbox {
 namespace beast = boost::beast;
@@ -21,18 +23,51 @@ constexpr uint64_t kMaxResponseBytes = 64ull << 20;
 
 boost::system::result<ServerUrl, ClientError> ParseServerUrl(const std::string& url) {
   std::string rest = url;
-  if (rest.starts_with("http://")) rest = rest.substr(7);
-  else if (rest.find("://") != std::string::npos) return ClientError{"only http:// server URLs are supported"};
+  bool tls = false;
+  if (rest.starts_with("http://")) {
+    rest = rest.substr(7);
+  } else if (rest.starts_with("https://")) {
+    rest = rest.substr(8);
+    tls = true;
+  } else if (rest.find("://") != std::string::npos) {
+    return ClientError{"server URLs are http:// or https://, got " + url};
+  }
   while (!rest.empty() && rest.back() == '/') rest.pop_back();
   if (rest.find('/') != std::string::npos) return ClientError{"server URL must not have a path: " + url};
   const auto colon = rest.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == rest.size()) {
-    return ClientError{"server URL must be http://HOST:PORT, got " + url};
+    return ClientError{"server URL must be http[s]://HOST:PORT, got " + url};
   }
   std::string host = rest.substr(0, colon);
   if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  return ServerUrl{host, rest.substr(colon + 1)};
+  return ServerUrl{.host = host, .port = rest.substr(colon + 1), .tls = tls, .ca_file = ""};
 }
+
+namespace {
+
+// One exchange on a connected stream (plain or TLS).
+template <class Stream>
+boost::system::result<HttpReply, ClientError> Exchange(Stream& stream, const ServerUrl& server,
+                                                       http::request<http::string_body>& req,
+                                                       std::chrono::seconds timeout) {
+  beast::error_code ec;
+  beast::get_lowest_layer(stream).expires_after(timeout);
+  http::write(stream, req, ec);
+  if (ec) return ClientError{"cannot send the request: " + ec.message()};
+  beast::flat_buffer buffer;
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(kMaxResponseBytes);
+  http::read(stream, buffer, parser, ec);
+  if (ec) return ClientError{"no response from " + server.host + ":" + server.port + ": " + ec.message()};
+  const auto& res = parser.get();
+  HttpReply reply;
+  reply.status = res.result_int();
+  reply.content_type = std::string(res[http::field::content_type]);
+  reply.body = res.body();
+  return reply;
+}
+
+}  // namespace
 
 boost::system::result<HttpReply, ClientError> HttpCall(const ServerUrl& server,
                                                        const std::string& method,
@@ -58,21 +93,43 @@ boost::system::result<HttpReply, ClientError> HttpCall(const ServerUrl& server,
   if (!token.empty()) req.set(http::field::authorization, "Bearer " + token);
   req.body() = body;
   req.prepare_payload();
-  stream.expires_after(timeout);
-  http::write(stream, req, ec);
-  if (ec) return ClientError{"cannot send the request: " + ec.message()};
+  if (!server.tls) {
+    auto reply = Exchange(stream, server, req, timeout);
+    stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+    return reply;
+  }
 
-  beast::flat_buffer buffer;
-  http::response_parser<http::string_body> parser;
-  parser.body_limit(kMaxResponseBytes);
-  http::read(stream, buffer, parser, ec);
-  if (ec) return ClientError{"no response from " + server.host + ":" + server.port + ": " + ec.message()};
-  const auto& res = parser.get();
-  HttpReply reply;
-  reply.status = res.result_int();
-  reply.content_type = std::string(res[http::field::content_type]);
-  reply.body = res.body();
-  stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+  namespace ssl = boost::asio::ssl;
+  ssl::context tls(ssl::context::tls_client);
+  tls.set_options(ssl::context::no_sslv2 | ssl::context::no_sslv3 | ssl::context::no_tlsv1 |
+                  ssl::context::no_tlsv1_1);
+  if (server.ca_file.empty()) {
+    tls.set_default_verify_paths(ec);
+  } else {
+    tls.load_verify_file(server.ca_file, ec);
+  }
+  if (ec) {
+    return ClientError{"cannot load the CA certificates " +
+                       (server.ca_file.empty() ? std::string("of the system") : server.ca_file) +
+                       ": " + ec.message()};
+  }
+  tls.set_verify_mode(ssl::verify_peer);
+  beast::ssl_stream<beast::tcp_stream> secure(std::move(stream), tls);
+  secure.set_verify_callback(ssl::host_name_verification(server.host));
+  // SNI: a server behind a proxy picks its certificate by the name.
+  // (SSL_set_tlsext_host_name, without the macro's C cast.)
+  if (SSL_ctrl(secure.native_handle(), SSL_CTRL_SET_TLSEXT_HOSTNAME, TLSEXT_NAMETYPE_host_name,
+               const_cast<char*>(server.host.c_str())) != 1) {
+    return ClientError{"cannot set the TLS server name " + server.host};
+  }
+  beast::get_lowest_layer(secure).expires_after(kConnectTimeout);
+  secure.handshake(ssl::stream_base::client, ec);
+  if (ec) {
+    return ClientError{"TLS handshake with " + server.host + ":" + server.port + " failed: " +
+                       ec.message() + " (a self-signed server needs --ca-file)"};
+  }
+  auto reply = Exchange(secure, server, req, timeout);
+  secure.shutdown(ec);  // The server may close first; its answer is in already.
   return reply;
 }
 

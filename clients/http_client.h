@@ -1,7 +1,9 @@
 #pragma once
 
 // A small blocking HTTP/1.1 client for the kbox CLI: one request per
-// connection, a connect timeout, and a bound on the response size.
+// connection, a connect timeout, and a bound on the response size; https
+// through OpenSSL, the server's certificate checked against the system's CAs
+// or a CA file, and its name against the URL's host.
 
 #include <chrono>
 #include <string>
@@ -17,9 +19,12 @@ struct ClientError {
 struct ServerUrl {
   std::string host;
   std::string port;
+  bool tls = false;     // https://
+  std::string ca_file;  // PEM CAs that sign the server's certificate; "": the system's.
 };
 
-// Parses "http://HOST:PORT[/]" (also "HOST:PORT"). https is not supported.
+// Parses "http://HOST:PORT[/]", "https://HOST:PORT[/]" (also "HOST:PORT",
+// plain http).
 boost::system::result<ServerUrl, ClientError> ParseServerUrl(const std::string& url);
 
 struct HttpReply {

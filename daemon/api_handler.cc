@@ -219,7 +219,13 @@ ApiHandler::Route ApiHandler::Resolve(const HttpRequest& req, const std::string&
       res.set(http::field::allow, "GET, POST");
     }
   } else if (target.starts_with("/v1/jobs/") && target.size() > 9) {
-    if (only(http::verb::get)) return Route::kGetJob;
+    if (method == http::verb::get) return Route::kGetJob;
+    if (method == http::verb::delete_) {
+      res = CancelJob(target.substr(9), caller);
+    } else {
+      res = Error(http::status::method_not_allowed, "method", target + " accepts GET and DELETE only");
+      res.set(http::field::allow, "GET, DELETE");
+    }
   } else {
     res = Error(http::status::not_found, "path", "no such endpoint: " + target);
   }

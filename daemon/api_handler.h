@@ -106,6 +106,9 @@ class ApiHandler {
   HttpResponse Submit(const HttpRequest& request, const Caller& caller);
   // GET /v1/jobs[?state=S]: the caller's jobs (api_jobs.cc).
   HttpResponse ListJobs(const HttpRequest& request, const Caller& caller);
+  // DELETE /v1/jobs/<id>: 202 with the job's status while its cancel takes
+  // hold; 200 when it already ended CANCELLED; 409 when it ended otherwise.
+  HttpResponse CancelJob(const std::string& job_id, const Caller& caller);
   boost::asio::awaitable<HttpResponse> GetJob(const HttpRequest& request, std::string job_id,
                                               const Caller& caller);
   // The job pool's side of a submitted job: run it, give its place back,
@@ -115,7 +118,8 @@ class ApiHandler {
   void RunSubmitted(const v1::EvaluateRequest& request, const ResolvedJob& job,
                     Evaluator::Clock::time_point received, const std::string& job_id,
                     const std::string& tenant, JobAdmission::Lease& lease,
-                    std::shared_ptr<const v1::JournalRecord> record);
+                    std::shared_ptr<const v1::JournalRecord> record,
+                    std::shared_ptr<JobCancel> cancel);
   // Posts a job to the job pool (fresh or restored).
   void QueueSubmitted(std::shared_ptr<const v1::EvaluateRequest> request,
                       std::shared_ptr<const ResolvedJob> job, Evaluator::Clock::time_point received,

@@ -255,18 +255,20 @@ void ApiHandler::QueueSubmitted(std::shared_ptr<const v1::EvaluateRequest> reque
                                 std::shared_ptr<const v1::JournalRecord> record) {
   // Runs on the job pool like /v1/evaluate; the store holds the result.
   // The lease travels with the job: were the job never run (kboxd
-  // stopping), destroying the task gives the place back.
+  // stopping), destroying the task gives the place back. Its cancel flag
+  // exists before its id reaches the client, and until its result is stored.
   boost::asio::post(job_pool_, [this, request = std::move(request), job = std::move(job), received,
-                                job_id, tenant, lease = std::move(lease),
-                                record = std::move(record)]() mutable {
-    RunSubmitted(*request, *job, received, job_id, tenant, lease, std::move(record));
+                                job_id, tenant, lease = std::move(lease), record = std::move(record),
+                                cancel = evaluator_.OpenJob(job_id)]() mutable {
+    RunSubmitted(*request, *job, received, job_id, tenant, lease, std::move(record), cancel);
   });
 }
 
 void ApiHandler::RunSubmitted(const v1::EvaluateRequest& request, const ResolvedJob& job,
                               Evaluator::Clock::time_point received, const std::string& job_id,
                               const std::string& tenant, JobAdmission::Lease& lease,
-                              std::shared_ptr<const v1::JournalRecord> record) {
+                              std::shared_ptr<const v1::JournalRecord> record,
+                              std::shared_ptr<JobCancel> cancel) {
   bool held_back = false;
   v1::EvaluateResult result;
   if (draining_.load()) {
@@ -279,7 +281,7 @@ void ApiHandler::RunSubmitted(const v1::EvaluateRequest& request, const Resolved
   } else {
     jobs_.MarkRunning(job_id);
     result = evaluator_.Evaluate(request, job.settings, job.anticheat, received, job_id, tenant,
-                                 &held_back);
+                                 &held_back, std::move(cancel));
   }
   lease.Release();
   if (held_back && record != nullptr) {
@@ -306,6 +308,28 @@ void ApiHandler::RunSubmitted(const v1::EvaluateRequest& request, const Resolved
     }
   }
   jobs_.Complete(job_id, std::move(result), JobStore::Clock::now());
+}
+
+HttpResponse ApiHandler::CancelJob(const std::string& job_id, const Caller& caller) {
+  const auto status = jobs_.RequestCancel(job_id, caller.token, JobStore::Clock::now());
+  if (!status) {
+    return Error(http::status::not_found, "job_id",
+                 "no job " + job_id + " (unknown, or its result expired)");
+  }
+  if (status->state() == v1::JobStatus::DONE) {
+    if (status->result().status() == v1::CANCELLED) return Reply(http::status::ok, *status, Encoding::kJson);
+    return Error(http::status::conflict, "job_id",
+                 "job " + job_id + " already ended " + v1::Status_Name(status->result().status()) +
+                     "; there is nothing to cancel");
+  }
+  if (!evaluator_.Cancel(job_id)) {
+    // Its flag is gone only once the job is done (its result stored now)
+    // or held back by a drain, kept for the restarted kboxd.
+    return Error(http::status::conflict, "job_id",
+                 "job " + job_id + " cannot be cancelled now: it is ending, or waits for kboxd's "
+                 "restart; GET it");
+  }
+  return Reply(http::status::accepted, *status, Encoding::kJson);
 }
 
 std::optional<HttpResponse> ApiHandler::JobAnswer(const std::string& job_id, const Caller& caller,

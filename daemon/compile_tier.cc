@@ -93,12 +93,17 @@ Evaluator::BuildAnswer Evaluator::Build(const v1::BuildRequest& ask,
   if (hit) {
     entry.emplace(std::move(*flight.entry()));
   } else {
-    auto ws = JobWorkspace::Create(config_.work_dir(), "build-" + NextJobId(), job.reference_source(),
+    const std::string build_id = "build-" + NextJobId();
+    auto ws = JobWorkspace::Create(config_.work_dir(), build_id, job.reference_source(),
                                    job.candidate_source(), JobWorkspaceOptions());
     if (!ws) return refuse(500, "", "cannot prepare the build's directory: " + ws.error().message);
-    auto worker = compile_slots_.Acquire(tenant);
-    if (stop_starting_.load() || cancelled_.load()) return refuse(503, "", "kboxd is draining");
-    const StageOutcome compiled = RunCompileStage(*ws, settings, ask.cuda_arch_list(), false, worker.slot());
+    const auto cancel = cancels_.Open(build_id);
+    auto worker = compile_slots_.Acquire(tenant, cancel->stop);
+    if (!worker || stop_starting_.load() || cancel->stop.load()) {
+      return refuse(503, "", "kboxd is draining");
+    }
+    const StageOutcome compiled =
+        RunCompileStage(*ws, settings, ask.cuda_arch_list(), false, worker->slot(), cancel->stop);
     compile_ms = compiled.process.wall_ms;
     metrics_.RecordBuildCpu(settings.backend(), compiled.process.cpu_ms);
     FailureCause cause;
@@ -136,7 +141,8 @@ Evaluator::BuildAnswer Evaluator::Build(const v1::BuildRequest& ask,
 
 Evaluator::TierOutcome Evaluator::BuildOnTier(const v1::EvaluateRequest& request,
                                               const std::string& cuda_arch, const std::string& key,
-                                              const JobWorkspace& ws, std::optional<uid_t> owner_uid,
+                                              const JobWorkspace& ws, const JobCancel& cancel,
+                                              std::optional<uid_t> owner_uid,
                                               std::optional<gid_t> owner_gid,
                                               v1::EvaluateResult& result, std::string& output) {
   v1::BuildRequest ask;
@@ -150,7 +156,7 @@ Evaluator::TierOutcome Evaluator::BuildOnTier(const v1::EvaluateRequest& request
     metrics_.RecordRemoteBuild("fallback");
     return TierOutcome::kFallback;
   };
-  auto answer = tier_->Build(ask, &cancelled_);
+  auto answer = tier_->Build(ask, &cancel.stop);
   if (!answer) return fallback(answer.error());
   if (answer->has_result()) {
     const v1::EvaluateResult& theirs = answer->result();

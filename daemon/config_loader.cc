@@ -171,9 +171,11 @@ boost::system::result<v1::DaemonConfig, FieldError> ApplyConfigDefaults(v1::Daem
     if (c.role() == v1::ROLE_COMPILE) {
       return FieldError{"compile_endpoint", "is for run and all roles; a compile-role kboxd builds itself"};
     }
-    if (auto url = ParseServerUrl(c.compile_endpoint()); !url) {
-      return FieldError{"compile_endpoint", url.error().message};
-    }
+    auto url = ParseServerUrl(c.compile_endpoint());
+    if (!url) return FieldError{"compile_endpoint", url.error().message};
+    // No CA file option for it (yet): the tier is reached inside the
+    // cluster, where its NetworkPolicy admits the GPU pods alone.
+    if (url->tls) return FieldError{"compile_endpoint", "must be http://HOST:PORT (https is not offered)"};
   } else if (c.role() == v1::ROLE_RUN) {
     return FieldError{"compile_endpoint", "is required with role run"};
   }

@@ -321,9 +321,9 @@ WorkspaceOptions Evaluator::JobWorkspaceOptions() const {
 
 StageOutcome Evaluator::RunCompileStage(const JobWorkspace& ws, const v1::EffectiveSettings& settings,
                                         const std::string& cuda_arch, bool report_sources,
-                                        uint32_t worker) {
+                                        uint32_t worker, const std::atomic<bool>& cancel) {
   StagePlacement placement;
-  placement.cancel = &cancelled_;
+  placement.cancel = &cancel;
   placement.cuda_arch = cuda_arch;
   placement.wall_limit = std::chrono::seconds(config_.compile_time_limit_s());
   if (config_.preforked_compile_stage()) placement.zygote_slot = CompileZygoteSlot(worker);
@@ -388,9 +388,11 @@ v1::EvaluateResult Evaluator::Evaluate(const v1::EvaluateRequest& request,
                                        const v1::EffectiveSettings& settings,
                                        const static_check::AnticheatProfile& anticheat,
                                        Clock::time_point received, const std::string& job_id,
-                                       const std::string& tenant, bool* held_back) {
+                                       const std::string& tenant, bool* held_back,
+                                       std::shared_ptr<JobCancel> cancel) {
   v1::EvaluateResult result;
   result.set_job_id(job_id.empty() ? NextJobId() : job_id);
+  if (!cancel) cancel = cancels_.Open(result.job_id());
   result.set_client_request_id(request.client_request_id());
   *result.mutable_settings() = settings;
   *result.mutable_fingerprint() = HostFingerprint(host_);
@@ -404,19 +406,27 @@ v1::EvaluateResult Evaluator::Evaluate(const v1::EvaluateRequest& request,
     const std::string workspace =
         attempt == 0 ? result.job_id() : result.job_id() + "-retry" + std::to_string(attempt);
     try {
-      RunJob(request, settings, anticheat, tenant, workspace, result, trace, not_started);
+      RunJob(request, settings, anticheat, tenant, workspace, *cancel, result, trace, not_started);
     } catch (const std::exception& e) {
       result.set_status(v1::INFRA_ERROR);
       result.set_message(std::string("kboxd internal error: ") + e.what());
       trace.cause.infra = InfraCause::kInternal;
     }
     if (attempt >= config_.infra_retries()) CompilerKillOnLastAttemptIsTheCandidates(result, trace.cause);
+    // Ended by its client's cancel; a job that had reached its own end
+    // before the cancel took hold keeps that result.
+    if (cancel->by_client.load() && result.status() == v1::INFRA_ERROR &&
+        trace.cause.infra == InfraCause::kCancelled) {
+      result.set_status(v1::CANCELLED);
+      result.set_message("cancelled by its client (DELETE /v1/jobs/" + result.job_id() +
+                         "): its stages were stopped");
+    }
     // A failure the device may explain is final: its GPU's probe has run
     // (evaluator's run stage), and the same job would meet the same device.
     const bool gpu_suspect = trace.cause.device_suspect && settings.backend() != v1::BACKEND_CPU;
     // A job held back by a drain is not retried: it runs after the restart.
     if (not_started || result.status() != v1::INFRA_ERROR || !RetryableInfraCause(trace.cause.infra) ||
-        gpu_suspect || attempt >= config_.infra_retries() || cancelled_.load()) {
+        gpu_suspect || attempt >= config_.infra_retries() || cancel->stop.load()) {
       // kbox's own failure, final: the operator's log says why.
       if (result.status() == v1::INFRA_ERROR && !not_started) {
         std::cerr << "kboxd: job " << result.job_id() << " ended INFRA_ERROR ("
@@ -437,15 +447,27 @@ v1::EvaluateResult Evaluator::Evaluate(const v1::EvaluateRequest& request,
   FinalizeRewardable(result);
   if (held_back) *held_back = not_started;
   // A held-back job is not a result yet: it runs again after the restart.
-  if (!not_started) metrics_.RecordJob(result, trace);
+  if (!not_started) metrics_.RecordJob(result, trace, tenant);
   return result;
 }
 
+bool Evaluator::Cancel(const std::string& job_id) {
+  if (!cancels_.Cancel(job_id)) return false;
+  WakeQueuedJobs();
+  return true;
+}
+
 void Evaluator::CancelAll() {
-  cancelled_.store(true);
-  // Jobs queued for a quarantined GPU would wait for its probe: hand them
-  // the slot so they see the flag and end now (nothing runs on it).
-  for (uint32_t gpu : gpus_) gpu_slots_.SetInService(gpu, true);
+  cancels_.CancelAll();
+  WakeQueuedJobs();
+}
+
+void Evaluator::WakeQueuedJobs() {
+  // Jobs queued for a worker or a lane (a quarantined GPU's too) look at
+  // their flags again; the cancelled ones leave the queue.
+  compile_slots_.WakeWaiters();
+  cpu_slots_.WakeWaiters();
+  gpu_slots_.WakeWaiters();
 }
 
 void Evaluator::PublishGauges() const {
@@ -477,8 +499,8 @@ bool Evaluator::HasServingRunSlot(bool cpu, bool gpu) const {
 
 void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSettings& settings,
                        const static_check::AnticheatProfile& anticheat, const std::string& tenant,
-                       const std::string& workspace, v1::EvaluateResult& result, JobTrace& trace,
-                       bool& held_back) {
+                       const std::string& workspace, JobCancel& cancel, v1::EvaluateResult& result,
+                       JobTrace& trace, bool& held_back) {
   // Static checks first: a rejected candidate is never written to disk,
   // compiled or run. The verdicts of one that goes on ride along.
   const static_check::CheckInput check_input{.candidate_source = request.candidate_source(),
@@ -522,8 +544,10 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
     held_back = true;
     return true;
   };
+  // Cancelled by its client or by kboxd's shutdown deadline: ends before
+  // the next thing it would start (Evaluate names which).
   auto shutting_down = [&] {
-    if (!cancelled_.load()) return false;
+    if (!cancel.stop.load()) return false;
     result.set_status(v1::INFRA_ERROR);
     result.set_message("kboxd is shutting down; retry the job");
     trace.cause.infra = InfraCause::kCancelled;
@@ -571,7 +595,7 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
   if (!restored && tier_ && !deferred) {
     if (hold_back() || shutting_down()) return;
     began = true;
-    switch (BuildOnTier(request, compile_arch, cache_key, *ws, options.owner_uid, options.owner_gid,
+    switch (BuildOnTier(request, compile_arch, cache_key, *ws, cancel, options.owner_uid, options.owner_gid,
                         result, output)) {
       case TierOutcome::kEnded:
         trace.compiled = true;
@@ -586,10 +610,11 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
     }
   }
   if (!restored && !built_on_tier) {
-    auto compile_slot = compile_slots_.Acquire(tenant);
+    auto compile_slot = compile_slots_.Acquire(tenant, cancel.stop);
     if (hold_back() || shutting_down()) return;
     began = true;
-    StageOutcome compiled = RunCompileStage(*ws, settings, compile_arch, deferred, compile_slot.slot());
+    StageOutcome compiled =
+        RunCompileStage(*ws, settings, compile_arch, deferred, compile_slot->slot(), cancel.stop);
     durations->set_compile_ms(compiled.process.wall_ms);
     trace.compile_cpu_ms = compiled.process.cpu_ms;
     output = compiled.process.output_tail;
@@ -623,17 +648,17 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
   // A stage prepared ahead whose turn was withdrawn (its GPU left service
   // while it waited) queues again for a lane.
   for (;;) {
-    auto device = lanes.Acquire(tenant);
-    const uint32_t slot = device.slot();
+    auto device = lanes.Acquire(tenant, cancel.stop);
     const double lane_wait_ms = MsBetween(queued, Clock::now());
     durations->set_queue_wait_ms(lane_wait_ms);
     trace.queued = true;
     if (hold_back() || shutting_down()) return;
+    const uint32_t slot = device->slot();
 
     const std::string device_name = (gpu_backend ? "gpu" : "cpu") + std::to_string(slot);
     const LaneName lane = TakeLane(device_name);
     StagePlacement placement;
-    placement.cancel = &cancelled_;
+    placement.cancel = &cancel.stop;
     if (gpu_backend) {
       // Same arch list as the build: load_inline re-derives its flags in the
       // run stage, and different flags would make ninja rebuild on the GPU.

@@ -17,6 +17,7 @@
 #include "daemon/device_health.h"
 #include "daemon/device_turns.h"
 #include "daemon/host_probe.h"
+#include "daemon/job_cancels.h"
 #include "daemon/metrics.h"
 #include "daemon/precompiled_header.h"
 #include "daemon/reference_cache.h"
@@ -48,11 +49,26 @@ class Evaluator {
   // job waits for in the compile and run queues (SlotPool's fair share).
   // `held_back` (may be null) is set when a drain kept the job from starting:
   // its result is not final, the journal runs it after the restart.
+  // `cancel` (from OpenJob(job_id); may be null: opened here) is the job's
+  // cancel flag.
   v1::EvaluateResult Evaluate(const v1::EvaluateRequest& request,
                               const v1::EffectiveSettings& settings,
                               const static_check::AnticheatProfile& anticheat,
                               Clock::time_point received, const std::string& job_id = "",
-                              const std::string& tenant = "", bool* held_back = nullptr);
+                              const std::string& tenant = "", bool* held_back = nullptr,
+                              std::shared_ptr<JobCancel> cancel = nullptr);
+
+  // Job `job_id`'s cancel flag, which Cancel finds from now until the job's
+  // Evaluate returns and the caller drops it. Open it before the job's id is
+  // given out, so no cancel can arrive before the flag exists.
+  std::shared_ptr<JobCancel> OpenJob(const std::string& job_id) { return cancels_.Open(job_id); }
+
+  // The client cancels job `job_id` (DELETE /v1/jobs/<id>): its processes
+  // are killed, a wait for a compile worker or a lane ends, and its result
+  // is CANCELLED unless it had already ended otherwise. A job waiting for an
+  // identical build another job is making ends when that build does. False
+  // when no live job has that id.
+  bool Cancel(const std::string& job_id);
 
   // A fresh job id (unique per daemon, never reused after a restart); the
   // asynchronous API assigns it at submission and passes it to Evaluate.
@@ -142,26 +158,29 @@ class Evaluator {
     uint32_t index_;
   };
   LaneName TakeLane(const std::string& device);
+  // After a cancel: every queue's waiters check their cancel flags.
+  void WakeQueuedJobs();
 
   // How a job's (or a served build's) workspace is made: its owner the
   // sandbox user, its scratch capped where the host allows.
   WorkspaceOptions JobWorkspaceOptions() const;
   // The compile stage of the job in `ws` on local compile worker `worker`.
   StageOutcome RunCompileStage(const JobWorkspace& ws, const v1::EffectiveSettings& settings,
-                               const std::string& cuda_arch, bool report_sources, uint32_t worker);
+                               const std::string& cuda_arch, bool report_sources, uint32_t worker,
+                               const std::atomic<bool>& cancel);
   // A run node's ask of the compile tier (compile_tier.cc): kBuilt, the
   // build is in ws's build dir; kEnded, `result` is the job's final result
   // (its compile failed there); kFallback, build locally.
   enum class TierOutcome { kBuilt, kEnded, kFallback };
   TierOutcome BuildOnTier(const v1::EvaluateRequest& request, const std::string& cuda_arch,
-                          const std::string& key, const JobWorkspace& ws,
+                          const std::string& key, const JobWorkspace& ws, const JobCancel& cancel,
                           std::optional<uid_t> owner_uid, std::optional<gid_t> owner_gid,
                           v1::EvaluateResult& result, std::string& output);
 
   void RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSettings& settings,
               const static_check::AnticheatProfile& anticheat, const std::string& tenant,
-              const std::string& workspace, v1::EvaluateResult& result, JobTrace& trace,
-              bool& held_back);
+              const std::string& workspace, JobCancel& cancel, v1::EvaluateResult& result,
+              JobTrace& trace, bool& held_back);
 
   const v1::DaemonConfig& config_;
   HostInfo host_;
@@ -188,7 +207,7 @@ class Evaluator {
   std::optional<ReferenceCache> reference_cache_;  // Absent when disabled.
   std::string reference_harness_;  // kbox's version and the harness digest: part of its keys.
   std::atomic<uint64_t> job_counter_{0};
-  std::atomic<bool> cancelled_{false};
+  JobCancels cancels_;
   std::atomic<bool> stop_starting_{false};
   std::string job_id_prefix_;
 };

@@ -100,6 +100,16 @@ std::optional<v1::JobStatus> JobStore::Get(const std::string& job_id, const std:
   return it->second.status;
 }
 
+std::optional<v1::JobStatus> JobStore::RequestCancel(const std::string& job_id,
+                                                     const std::string& owner, Clock::time_point now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ExpireLocked(now);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end() || it->second.owner != owner) return std::nullopt;
+  if (it->second.status.state() != v1::JobStatus::DONE) it->second.status.set_cancel_requested(true);
+  return it->second.status;
+}
+
 std::vector<v1::JobStatus> JobStore::List(const std::string& owner, v1::JobStatus::State state,
                                           Clock::time_point now) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -112,6 +122,7 @@ std::vector<v1::JobStatus> JobStore::List(const std::string& owner, v1::JobStatu
     brief.set_job_id(entry.status.job_id());
     brief.set_state(entry.status.state());
     brief.set_idempotency_key(entry.status.idempotency_key());
+    brief.set_cancel_requested(entry.status.cancel_requested());
     out.push_back(std::move(brief));
   }
   return out;

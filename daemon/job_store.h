@@ -78,6 +78,10 @@ class JobStore {
   std::optional<v1::JobStatus> Get(const std::string& job_id, const std::string& owner,
                                    Clock::time_point now);
 
+  // As Get, and marks a job not yet DONE cancel_requested (DELETE).
+  std::optional<v1::JobStatus> RequestCancel(const std::string& job_id, const std::string& owner,
+                                             Clock::time_point now);
+
   // The owner's jobs (state, id, key; no results) in job id order, only
   // those in `state` unless it is STATE_UNSPECIFIED.
   std::vector<v1::JobStatus> List(const std::string& owner, v1::JobStatus::State state,

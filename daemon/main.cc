@@ -1,6 +1,7 @@
 // kboxd: wires configuration, the host probe, the evaluator and the HTTP
 // server together. Everything with behaviour lives in the libraries.
 
+#include <algorithm>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mount.h>
@@ -241,7 +242,14 @@ int main(int argc, char** argv) {
   if (!sandbox) return Fail("sandbox: " + sandbox.error().message);
   std::cerr << "kboxd: sandbox: " << sandbox->description << std::endl;
 
-  kbox::Metrics metrics(kbox::MetricLabelSets{.backends = backends, .gpus = gpus});
+  std::vector<kbox::v1::GpuInfo> gpu_info;
+  for (const auto& gpu : host->probe.gpus()) {
+    if (std::find(gpus.begin(), gpus.end(), gpu.index()) != gpus.end()) gpu_info.push_back(gpu);
+  }
+  kbox::Metrics metrics(kbox::MetricLabelSets{.backends = backends,
+                                              .gpus = gpus,
+                                              .gpu_info = std::move(gpu_info),
+                                              .tokens = tokens ? tokens->table()->names() : std::vector<std::string>{}});
   metrics.SetInsecureMode(!sandbox->settings.has_value());
   metrics.SetJobsInFlightLimit(config.max_in_flight_jobs());
   std::unique_ptr<kbox::BuildCache> build_cache;

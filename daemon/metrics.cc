@@ -80,6 +80,16 @@ Metrics::Metrics(const MetricLabelSets& sets)
                       .Name("kbox_jobs_total")
                       .Help("Evaluation jobs finished, by backend and status.")
                       .Register(*registry_)),
+      token_jobs_total_(prometheus::BuildCounter()
+                            .Name("kbox_token_jobs_total")
+                            .Help("Evaluation jobs finished, by the API token that submitted them "
+                                  "and status (only with api_tokens_file).")
+                            .Register(*registry_)),
+      gpu_info_(prometheus::BuildGauge()
+                    .Name("kbox_gpu_info")
+                    .Help("1 per GPU in use, labelled with its index, UUID and model as NVIDIA's "
+                          "DCGM exporter labels them: join on UUID.")
+                    .Register(*registry_)),
       phase_seconds_(prometheus::BuildHistogram()
                          .Name("kbox_job_phase_duration_seconds")
                          .Help("Wall-clock duration of each phase a job went through, by backend "
@@ -270,6 +280,17 @@ Metrics::Metrics(const MetricLabelSets& sets)
       journal_restored_done_(journal_restored_.Add({{"state", "done"}})),
       journal_restored_requeued_(journal_restored_.Add({{"state", "requeued"}})) {
   build_info_.Add({{"version", kVersion}}).Set(1);
+  for (const v1::GpuInfo& gpu : sets.gpu_info) {
+    gpu_info_.Add({{"device", DeviceLabel(gpu.index())}, {"gpu", std::to_string(gpu.index())},
+                   {"UUID", gpu.uuid()}, {"modelName", gpu.name()}})
+        .Set(1);
+  }
+  for (const std::string& token : sets.tokens) {
+    for (int s = v1::Status_MIN; s <= v1::Status_MAX; ++s) {
+      if (!v1::Status_IsValid(s) || s == v1::STATUS_UNSPECIFIED) continue;
+      token_jobs_total_.Add({{"token", token}, {"status", Lower(v1::Status_Name(static_cast<v1::Status>(s)))}});
+    }
+  }
   // Every series of the closed sets, at 0, so that rate() sees a job's
   // first increment and a dashboard finds every name from the first scrape.
   for (v1::Backend b : sets.backends) {
@@ -331,10 +352,13 @@ Metrics::Metrics(const MetricLabelSets& sets)
   }
 }
 
-void Metrics::RecordJob(const v1::EvaluateResult& result, const JobTrace& trace) {
+void Metrics::RecordJob(const v1::EvaluateResult& result, const JobTrace& trace,
+                        const std::string& token) {
   const std::string backend = BackendLabel(result.settings().backend());
-  jobs_total_.Add({{"backend", backend}, {"status", Lower(v1::Status_Name(result.status()))}})
-      .Increment();
+  const std::string status = Lower(v1::Status_Name(result.status()));
+  jobs_total_.Add({{"backend", backend}, {"status", status}}).Increment();
+  // A token added to the file since start-up (SIGHUP) gets its series now.
+  if (!token.empty()) token_jobs_total_.Add({{"token", token}, {"status", status}}).Increment();
   if (result.status() == v1::CORRECT && result.rewardable() && result.speedup() > 0) {
     speedup_.Add({{"backend", backend}}, SpeedupBuckets()).Observe(result.speedup());
   }

@@ -4,8 +4,9 @@
 // and documented in docs/metrics.md. Names are kbox_<what>_<unit>, counters
 // end in _total, and every label value comes from a closed set: backend and
 // status enum names, the device list of the configuration ("cpu", "gpu0"..),
-// HTTP status classes, the anti-cheat rule catalogue and its severities, and
-// the failure causes of daemon/failure_cause.h. Every series of those sets
+// HTTP status classes, the anti-cheat rule catalogue and its severities, the
+// failure causes of daemon/failure_cause.h, the API token names of the
+// operator's tokens file, and the GPUs' UUIDs and models. Every series of those sets
 // exists from start-up (at 0), so rate() and absent-series alerts work from
 // the first scrape.
 
@@ -22,6 +23,7 @@
 #include <prometheus/registry.h>
 
 #include "daemon/failure_cause.h"
+#include "kbox/v1/api.pb.h"
 #include "kbox/v1/evaluation.pb.h"
 #include "policy/static_check/static_checker.h"
 #include "worker/zygote.h"
@@ -39,6 +41,8 @@ std::string BackendLabel(v1::Backend backend);
 struct MetricLabelSets {
   std::vector<v1::Backend> backends = {v1::BACKEND_CPU};  // Served backends.
   std::vector<uint32_t> gpus;                              // GPU indices in use.
+  std::vector<v1::GpuInfo> gpu_info;  // The probe's view of those GPUs (kbox_gpu_info).
+  std::vector<std::string> tokens;    // API token names (per-token job counts).
 };
 
 // What the evaluator saw of a finished job besides its public result.
@@ -60,7 +64,9 @@ class Metrics {
 
   // Counts a finished job; observes the durations of the phases it went
   // through; counts its infra cause or sandbox violation.
-  void RecordJob(const v1::EvaluateResult& result, const JobTrace& trace);
+  // `token`: the API token's name that submitted it ("" when
+  // authentication is off: no per-token count).
+  void RecordJob(const v1::EvaluateResult& result, const JobTrace& trace, const std::string& token = "");
   // A job's attempt that ended INFRA_ERROR for `cause` and is run again
   // (infra_retries); the job itself is counted once, by RecordJob.
   void RecordInfraRetry(InfraCause cause);
@@ -152,6 +158,8 @@ class Metrics {
  private:
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Counter>& jobs_total_;
+  prometheus::Family<prometheus::Counter>& token_jobs_total_;
+  prometheus::Family<prometheus::Gauge>& gpu_info_;
   prometheus::Family<prometheus::Histogram>& phase_seconds_;
   prometheus::Family<prometheus::Counter>& responses_total_;
   prometheus::Family<prometheus::Counter>& anticheat_verdicts_total_;

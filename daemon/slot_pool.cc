@@ -31,6 +31,12 @@ SlotPool::SlotPool(SlotPool&& other) noexcept {
 }
 
 SlotPool::Lease SlotPool::Acquire(const std::string& tenant) {
+  static const std::atomic<bool> never{false};
+  return std::move(*Acquire(tenant, never));
+}
+
+std::optional<SlotPool::Lease> SlotPool::Acquire(const std::string& tenant,
+                                                 const std::atomic<bool>& cancel) {
   std::unique_lock lock(mu_);
   Waiter me;
   auto& queue = waiters_[tenant];
@@ -39,8 +45,24 @@ SlotPool::Lease SlotPool::Acquire(const std::string& tenant) {
   queue.push_back(&me);
   ++waiting_;
   if (DispatchLocked()) handed_.notify_all();
-  handed_.wait(lock, [&] { return me.slot.has_value(); });
-  return Lease(this, *me.slot);
+  handed_.wait(lock, [&] { return me.slot.has_value() || cancel.load(); });
+  // A slot handed over as the flag was set is taken: the caller, seeing the
+  // flag, gives it back at once through the lease.
+  if (me.slot) return Lease(this, *me.slot);
+  auto it = waiters_.find(tenant);
+  it->second.erase(std::find(it->second.begin(), it->second.end(), &me));
+  if (it->second.empty()) {
+    waiters_.erase(it);
+    turns_.erase(std::find(turns_.begin(), turns_.end(), tenant));
+  }
+  --waiting_;
+  return std::nullopt;
+}
+
+void SlotPool::WakeWaiters() {
+  // Taking the lock orders this after a waiter's check of its flag.
+  { std::lock_guard lock(mu_); }
+  handed_.notify_all();
 }
 
 bool SlotPool::DispatchLocked() {

@@ -13,6 +13,7 @@
 // a tenant with a thousand queued jobs delays another tenant's next job by at
 // most one job per tenant ahead of it, never by its whole backlog.
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -58,6 +59,11 @@ class SlotPool {
   // Blocks until a slot in service is given to this caller: tenants with
   // waiters take turns, and each tenant's waiters are served in arrival order.
   Lease Acquire(const std::string& tenant = "");
+  // As Acquire, but gives up (nullopt, its place in the queue gone) once
+  // `cancel` is set and WakeWaiters is called.
+  std::optional<Lease> Acquire(const std::string& tenant, const std::atomic<bool>& cancel);
+  // Has every waiter look at its cancel flag again.
+  void WakeWaiters();
 
   // Takes `slot` out of service or puts it back; unknown slots are ignored.
   void SetInService(uint32_t slot, bool in_service);

@@ -5,9 +5,13 @@
 //   kbox check FILE [--reference R.py] [--backend ...] [--precision ...] [--profile NAME]
 //             [--rule ID=SEVERITY ...] [--json]
 //   kbox info --server URL [--json]
+//   kbox jobs [--state QUEUED|RUNNING|DONE]      the caller's jobs (GET /v1/jobs)
+//   kbox cancel JOB_ID                           DELETE /v1/jobs/<id>
 //
 // Every command takes --token-file PATH (else $KBOX_TOKEN): the API token
-// kboxd wants when it has api_tokens_file (docs/api.md).
+// kboxd wants when it has api_tokens_file (docs/api.md); and --ca-file PATH
+// (else $KBOX_CA_FILE) for an https:// server whose certificate the system's
+// CAs do not sign.
 //
 // Exit status: 0 when the server answered with a result (a wrong kernel is a
 // result, not a failure; for `check`: no verdict rejects); 1 (`check` only)
@@ -18,13 +22,17 @@
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <algorithm>
+#include <initializer_list>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include <google/protobuf/util/json_util.h>
@@ -54,6 +62,8 @@ const char* kUsage =
     "                  [--precision fp32|fp16|bf16] [--profile NAME] [--rule ID=SEVERITY ...]\n"
     "                  [--json]\n"
     "       kbox info [--server URL] [--json]\n"
+    "       kbox jobs [--server URL] [--state QUEUED|RUNNING|DONE]\n"
+    "       kbox cancel [--server URL] JOB_ID\n"
     "       kbox eval-dir --server URL --problems DIR --candidates DIR --backend B --out OUT\n"
     "`eval-dir` evaluates a KernelBench-style run and writes its summary, CSV and plot\n"
     "(the Python client's kbox_client.eval_dir; `kbox eval-dir --help`).\n"
@@ -65,6 +75,8 @@ const char* kUsage =
     "The server URL defaults to $KBOX_URL (its first URL), then $KBOX_SERVER, then\n"
     "http://127.0.0.1:8080, as in the Python client.\n"
     "--token-file PATH (every command) sends the API token in PATH; else $KBOX_TOKEN, if set.\n"
+    "--ca-file PATH (every command): PEM CAs for an https:// server (else $KBOX_CA_FILE,\n"
+    "  else the system's); the server's name is checked against its certificate.\n"
     "Exit status: 0 answered (eval: any result; check: nothing rejected);\n"
     "  1 check: an anti-cheat rule rejects the candidate;\n"
     "  2 usage error, or the server refused the request (4xx);\n"
@@ -94,6 +106,40 @@ std::string DefaultServer() {
   const char* env = std::getenv("KBOX_SERVER");
   return env && *env ? env : "http://127.0.0.1:8080";
 }
+
+// Where and how every command reaches kboxd: the same options, the same
+// environment variables as the Python client.
+struct Connection {
+  std::string server = DefaultServer();
+  std::string token_file;
+  std::string ca_file = std::getenv("KBOX_CA_FILE") ? std::getenv("KBOX_CA_FILE") : "";
+  kbox::ServerUrl url;
+  std::string token;
+
+  void AddOptions(po::options_description& desc) {
+    desc.add_options()("server", po::value(&server), "kboxd URL (default $KBOX_URL, then $KBOX_SERVER)")(
+        "token-file", po::value(&token_file), "file holding the API token (default $KBOX_TOKEN)")(
+        "ca-file", po::value(&ca_file), "PEM CAs of an https:// server (default $KBOX_CA_FILE)");
+  }
+  // Resolves the URL and the token; an error message when they are wrong.
+  std::string Resolve() {
+    auto parsed = kbox::ParseServerUrl(server);
+    if (!parsed) return parsed.error().message;
+    url = *parsed;
+    url.ca_file = ca_file;
+    auto resolved = kbox::ResolveToken(token_file);
+    if (!resolved) return resolved.error().message;
+    token = *resolved;
+    return "";
+  }
+  boost::system::result<kbox::HttpReply, kbox::ClientError> Call(const std::string& method,
+                                                                 const std::string& target,
+                                                                 const std::string& content_type,
+                                                                 const std::string& body,
+                                                                 std::chrono::seconds timeout) const {
+    return kbox::HttpCall(url, method, target, content_type, body, timeout, token);
+  }
+};
 
 // Prints the server's refusal; returns the exit status it deserves.
 int ReportHttpError(const kbox::HttpReply& reply) {
@@ -153,15 +199,15 @@ std::string ToJson(const google::protobuf::Message& message) {
 }
 
 int Eval(const std::vector<std::string>& args) {
-  std::string server = DefaultServer(), reference, candidate, backend = "cpu", precision = "fp32";
-  std::string token_file;
+  Connection conn;
+  std::string reference, candidate, backend = "cpu", precision = "fp32";
   unsigned trials = 0, time_limit = 0, perf_trials = 0;
   int64_t seed = -1;
   std::string request_id, profile;
   std::vector<std::string> rules;
   po::options_description desc("kbox eval options");
-  desc.add_options()("server", po::value(&server), "kboxd URL (default $KBOX_URL, then $KBOX_SERVER)")(
-      "token-file", po::value(&token_file), "file holding the API token (default $KBOX_TOKEN)")(
+  conn.AddOptions(desc);
+  desc.add_options()(
       "reference", po::value(&reference), "reference .py (class Model, get_inputs, get_init_inputs)")(
       "candidate", po::value(&candidate), "candidate .py (class ModelNew)")(
       "backend", po::value(&backend), "cpu, cuda or triton (default cpu)")(
@@ -204,12 +250,9 @@ int Eval(const std::vector<std::string>& args) {
   req.set_time_limit_s(time_limit);
   req.set_client_request_id(request_id);
 
-  auto url = kbox::ParseServerUrl(server);
-  if (!url) return Usage(url.error().message);
-  auto token = kbox::ResolveToken(token_file);
-  if (!token) return Usage(token.error().message);
-  auto reply = kbox::HttpCall(*url, "POST", "/v1/evaluate", "application/x-protobuf",
-                              req.SerializeAsString(), kEvalTimeout, *token);
+  if (auto error = conn.Resolve(); !error.empty()) return Usage(error);
+  auto reply = conn.Call("POST", "/v1/evaluate", "application/x-protobuf", req.SerializeAsString(),
+                         kEvalTimeout);
   if (!reply) {
     std::cerr << "kbox: " << reply.error().message << "\n";
     return kServerError;
@@ -225,13 +268,13 @@ int Eval(const std::vector<std::string>& args) {
 }
 
 int Check(const std::vector<std::string>& args) {
-  std::string server = DefaultServer(), file, reference, backend = "cpu", precision = "fp32";
-  std::string token_file;
+  Connection conn;
+  std::string file, reference, backend = "cpu", precision = "fp32";
   std::string profile, request_id;
   std::vector<std::string> rules;
   po::options_description desc("kbox check options");
-  desc.add_options()("server", po::value(&server), "kboxd URL (default $KBOX_URL, then $KBOX_SERVER)")(
-      "token-file", po::value(&token_file), "file holding the API token (default $KBOX_TOKEN)")(
+  conn.AddOptions(desc);
+  desc.add_options()(
       "file", po::value(&file), "candidate .py to check (the positional FILE)")(
       "reference", po::value(&reference), "reference .py (optional: lets the checks know its names)")(
       "backend", po::value(&backend), "cpu, cuda or triton (default cpu)")(
@@ -271,12 +314,9 @@ int Check(const std::vector<std::string>& args) {
   if (auto e = ParseRules(rules, req.mutable_anticheat_overrides()); !e.empty()) return Usage(e);
   req.set_client_request_id(request_id);
 
-  auto url = kbox::ParseServerUrl(server);
-  if (!url) return Usage(url.error().message);
-  auto token = kbox::ResolveToken(token_file);
-  if (!token) return Usage(token.error().message);
-  auto reply = kbox::HttpCall(*url, "POST", "/v1/check", "application/x-protobuf",
-                              req.SerializeAsString(), kCheckTimeout, *token);
+  if (auto error = conn.Resolve(); !error.empty()) return Usage(error);
+  auto reply = conn.Call("POST", "/v1/check", "application/x-protobuf", req.SerializeAsString(),
+                         kCheckTimeout);
   if (!reply) {
     std::cerr << "kbox: " << reply.error().message << "\n";
     return kServerError;
@@ -291,24 +331,46 @@ int Check(const std::vector<std::string>& args) {
   return response.rejected() ? kRejected : 0;
 }
 
-int Info(const std::vector<std::string>& args) {
-  std::string server = DefaultServer(), token_file;
-  po::options_description desc("kbox info options");
-  desc.add_options()("server", po::value(&server), "kboxd URL")(
-      "token-file", po::value(&token_file), "file holding the API token (default $KBOX_TOKEN)")(
-      "json", "print raw JSON");
-  po::variables_map vm;
+// Parses the options of a command that takes only the connection's and
+// `extra`; a usage error's exit status, or nullopt to go on.
+std::optional<int> ParseSimple(const std::vector<std::string>& args, Connection& conn,
+                               po::options_description& desc,
+                               const po::positional_options_description& positional,
+                               po::variables_map& vm, const std::string& usage) {
+  conn.AddOptions(desc);
+  desc.add_options()("json", "print raw JSON")("help,h", "print this help");
   try {
-    po::store(po::command_line_parser(args).options(desc).run(), vm);
+    po::store(po::command_line_parser(args).options(desc).positional(positional).run(), vm);
     po::notify(vm);
   } catch (const po::error& e) {
     return Usage(e.what());
   }
-  auto url = kbox::ParseServerUrl(server);
-  if (!url) return Usage(url.error().message);
-  auto token = kbox::ResolveToken(token_file);
-  if (!token) return Usage(token.error().message);
-  auto reply = kbox::HttpCall(*url, "GET", "/v1/info", "", "", kInfoTimeout, *token);
+  if (vm.count("help")) {
+    std::cout << usage << "\n" << desc;
+    return 0;
+  }
+  if (auto error = conn.Resolve(); !error.empty()) return Usage(error);
+  return std::nullopt;
+}
+
+// A JSON answer of the server printed as it came; the exit status.
+int PrintJsonReply(const boost::system::result<kbox::HttpReply, kbox::ClientError>& reply,
+                   std::initializer_list<unsigned> ok) {
+  if (!reply) {
+    std::cerr << "kbox: " << reply.error().message << "\n";
+    return kServerError;
+  }
+  if (std::find(ok.begin(), ok.end(), reply->status) == ok.end()) return ReportHttpError(*reply);
+  std::cout << reply->body << "\n";
+  return 0;
+}
+
+int Info(const std::vector<std::string>& args) {
+  Connection conn;
+  po::options_description desc("kbox info options");
+  po::variables_map vm;
+  if (auto done = ParseSimple(args, conn, desc, {}, vm, "usage: kbox info [--server URL]")) return *done;
+  auto reply = conn.Call("GET", "/v1/info", "", "", kInfoTimeout);
   if (!reply) {
     std::cerr << "kbox: " << reply.error().message << "\n";
     return kServerError;
@@ -323,6 +385,43 @@ int Info(const std::vector<std::string>& args) {
   }
   std::cout << ToJson(info) << "\n";
   return 0;
+}
+
+int Jobs(const std::vector<std::string>& args) {
+  Connection conn;
+  std::string state;
+  po::options_description desc("kbox jobs options");
+  desc.add_options()("state", po::value(&state), "QUEUED, RUNNING or DONE (default: all)");
+  po::variables_map vm;
+  if (auto done = ParseSimple(args, conn, desc, {}, vm,
+                              "usage: kbox jobs [--server URL] [--state QUEUED|RUNNING|DONE]\n"
+                              "Prints the caller's jobs (JobList JSON).")) {
+    return *done;
+  }
+  return PrintJsonReply(conn.Call("GET", state.empty() ? "/v1/jobs" : "/v1/jobs?state=" + state, "",
+                                  "", kInfoTimeout),
+                        {200});
+}
+
+int Cancel(const std::vector<std::string>& args) {
+  Connection conn;
+  std::string job_id;
+  po::options_description desc("kbox cancel options");
+  desc.add_options()("job", po::value(&job_id), "the job's id (the positional JOB_ID)");
+  po::positional_options_description positional;
+  positional.add("job", 1);
+  po::variables_map vm;
+  if (auto done = ParseSimple(args, conn, desc, positional, vm,
+                              "usage: kbox cancel [--server URL] JOB_ID\n"
+                              "Cancels a submitted job; prints its status (JobStatus JSON). A job "
+                              "that already ended otherwise is a 409 (exit 2).")) {
+    return *done;
+  }
+  const bool plain = std::all_of(job_id.begin(), job_id.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+  });
+  if (job_id.empty() || !plain) return Usage("cancel: a JOB_ID (letters, digits, '-', '_', '.') is required");
+  return PrintJsonReply(conn.Call("DELETE", "/v1/jobs/" + job_id, "", "", kInfoTimeout), {200, 202});
 }
 
 // `kbox eval-dir` is the Python client's (kbox_client/eval_dir.py: it needs
@@ -366,6 +465,8 @@ int main(int argc, char** argv) {
   if (command == "eval") return Eval(args);
   if (command == "check") return Check(args);
   if (command == "info") return Info(args);
+  if (command == "jobs") return Jobs(args);
+  if (command == "cancel") return Cancel(args);
   if (command == "eval-dir") return EvalDir(argv[0], args);
   if (command == "-h" || command == "--help" || command == "help") {
     std::cout << kUsage;

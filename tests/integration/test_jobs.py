@@ -2,6 +2,7 @@
 and GET /v1/jobs/<id>[?wait=S]. The jobs are small pure-PyTorch candidates run
 with the "off" profile (no extension to build), so each takes a few seconds."""
 import json
+import time
 
 import kbox_it as it
 
@@ -13,6 +14,15 @@ def _item(key="", seed=None):
                "measure_performance": False}
     if seed is not None:
         request["seed"] = str(seed)
+    return {"idempotency_key": key, "request": request}
+
+
+def _spin_item(key):
+    """A job whose forward never returns: it holds its run stage until killed."""
+    request = {"reference_source": it.read(it.case_path("ref_clamp_scale.py")),
+               "candidate_source": it.read(it.case_path("cand_spins_forever.py")),
+               "backend": "BACKEND_CPU", "anticheat_profile": "off",
+               "measure_performance": False, "time_limit_s": 100}
     return {"idempotency_key": key, "request": request}
 
 
@@ -111,3 +121,38 @@ def test_the_callers_jobs_are_listed_by_state(daemon):
     assert reply.status == 400 and reply.json()["field"] == "state", reply
     reply = it.request(daemon.port, "DELETE", "/v1/jobs")
     assert reply.status == 405 and reply.headers.get("allow") == "GET, POST", reply
+
+
+def test_a_cancelled_job_ends_cancelled_and_no_other_is_touched(daemon):
+    jobs = _submit(daemon, [_spin_item("cancel-me"),
+                            _item("beside-the-cancelled", seed=300)]).json()["jobs"]
+    spinning, honest = jobs[0]["job_id"], jobs[1]["job_id"]
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if it.request(daemon.port, "GET", "/v1/jobs/" + spinning).json()["state"] == "RUNNING":
+            break
+        time.sleep(0.2)
+    time.sleep(3)  # Likely in its run stage by now; queued, the cancel ends its wait instead.
+    asked = time.monotonic()
+    reply = it.request(daemon.port, "DELETE", "/v1/jobs/" + spinning)
+    assert reply.status == 202, reply
+    assert reply.json()["cancel_requested"] is True and reply.json()["state"] != "DONE"
+    done = _wait(daemon, spinning)
+    # Stopped, not run to its 100 s time limit.
+    assert time.monotonic() - asked < 30, done
+    result = done["result"]
+    assert result["status"] == "CANCELLED", it.describe(result)
+    assert not result.get("rewardable")
+    assert "cancelled by its client" in result["message"]
+    assert _wait(daemon, honest)["result"]["status"] == "CORRECT"
+
+    # Cancelling again is answered with the result; a finished job is left as it is.
+    again = it.request(daemon.port, "DELETE", "/v1/jobs/" + spinning)
+    assert again.status == 200 and again.json()["result"]["status"] == "CANCELLED", again
+    reply = it.request(daemon.port, "DELETE", "/v1/jobs/" + honest)
+    assert reply.status == 409 and "already ended CORRECT" in reply.json()["message"], reply
+    assert _wait(daemon, honest)["result"]["status"] == "CORRECT"
+    reply = it.request(daemon.port, "DELETE", "/v1/jobs/no-such-job")
+    assert reply.status == 404 and reply.json()["field"] == "job_id", reply
+    reply = it.request(daemon.port, "PUT", "/v1/jobs/" + honest, b"{}", "application/json")
+    assert reply.status == 405 and reply.headers.get("allow") == "GET, DELETE", reply

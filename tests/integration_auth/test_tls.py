@@ -102,6 +102,34 @@ def test_the_python_client_over_https_with_a_ca_file(tls_kboxd):
     assert Client(url, token=ALICE, verify=False).info()["token_name"] == "alice"
 
 
+def test_the_cli_over_https_with_a_ca_file(tls_kboxd, tmp_path):
+    kbox = os.path.join(it.bin_dir(), "kbox")
+    token = tmp_path / "token"
+    token.write_text(ALICE + "\n")
+    url = "https://127.0.0.1:%d" % tls_kboxd.port
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KBOX_")}
+
+    def cli(*args, **extra_env):
+        return subprocess.run([kbox, *args], capture_output=True, text=True, timeout=60,
+                              env=dict(env, **extra_env))
+
+    ok = cli("info", "--server", url, "--token-file", str(token), "--ca-file", tls_kboxd.cert)
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["token_name"] == "alice", ok.stdout
+    # The CA file from the environment, as the Python client reads it.
+    listed = cli("jobs", "--server", url, "--token-file", str(token), KBOX_CA_FILE=tls_kboxd.cert)
+    assert listed.returncode == 0, listed.stderr
+    assert isinstance(json.loads(listed.stdout).get("jobs", []), list), listed.stdout
+    # A self-signed certificate without its CA is refused, and the message says what to do.
+    refused = cli("info", "--server", url, "--token-file", str(token))
+    assert refused.returncode == 3, refused
+    assert "TLS handshake" in refused.stderr and "--ca-file" in refused.stderr, refused.stderr
+    # The certificate names 127.0.0.1, not localhost: the name is checked too.
+    wrong_name = cli("info", "--server", "https://localhost:%d" % tls_kboxd.port,
+                     "--token-file", str(token), "--ca-file", tls_kboxd.cert)
+    assert wrong_name.returncode == 3 and "TLS handshake" in wrong_name.stderr, wrong_name
+
+
 def test_plain_http_gets_no_answer(tls_kboxd):
     raw, _ = it.raw_exchange(tls_kboxd.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
     assert it.status_of(raw) is None, raw[:200]

@@ -50,9 +50,11 @@ def probe():
     if torch.cuda.is_available():
         for i in range(torch.cuda.device_count()):
             props = torch.cuda.get_device_properties(i)
+            uuid = getattr(props, "uuid", None)  # torch >= 2.0
             info["gpus"].append({"index": i, "name": str(props.name),
                                  "compute_capability": "%d.%d" % (props.major, props.minor),
-                                 "memory_bytes": int(props.total_memory)})
+                                 "memory_bytes": int(props.total_memory),
+                                 "uuid": "GPU-%s" % uuid if uuid is not None else ""})
     return info
 
 

@@ -74,6 +74,12 @@ class AsyncClient(ClientBase):
     async def status(self, job: Job) -> Job:
         return await self._run(ops.job_status(self._ctx, job))
 
+    async def cancel(self, job: Job) -> Job:
+        return await self._run(ops.cancel(self._ctx, job))
+
+    async def jobs(self, state: Optional[str] = None, endpoint: Optional[str] = None) -> List[dict]:
+        return await self._run(ops.list_jobs(self._ctx, state, self._endpoint(endpoint)))
+
     async def check(self, request: Optional[dict] = None, **fields) -> dict:
         return await self._run(ops.post_json(self._ctx, "/v1/check",
                                              self._check_request(request, fields)))

@@ -108,6 +108,16 @@ class Client(ClientBase):
         """Refreshes job's state without waiting."""
         return self._run(ops.job_status(self._ctx, job))
 
+    def cancel(self, job: Job) -> Job:
+        """Cancels a submitted job (DELETE /v1/jobs/<id>); wait() then returns
+        its CANCELLED result, or the one it reached first."""
+        return self._run(ops.cancel(self._ctx, job))
+
+    def jobs(self, state: Optional[str] = None, endpoint: Optional[str] = None) -> List[dict]:
+        """The caller's jobs on one daemon (GET /v1/jobs), QUEUED, RUNNING or
+        DONE only when `state` says so; without results."""
+        return self._run(ops.list_jobs(self._ctx, state, self._endpoint(endpoint)))
+
     def check(self, request: Optional[dict] = None, **fields) -> dict:
         """POST /v1/check: the static anti-cheat checks alone."""
         return self._run(ops.post_json(self._ctx, "/v1/check",

@@ -28,7 +28,7 @@ from typing import Dict, List, Optional
 from .client import Client
 from .messages import make_request
 
-NOT_OURS = ("INFRA_ERROR", "REFERENCE_ERROR")
+NOT_OURS = ("INFRA_ERROR", "REFERENCE_ERROR", "CANCELLED")
 NOT_COMPILED = ("COMPILE_ERROR", "MISSING")
 
 

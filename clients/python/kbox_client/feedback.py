@@ -51,6 +51,9 @@ def next_turn_message(result: dict, candidate_source: Optional[str] = None) -> s
         raise InfraError(result)
     if status == "REFERENCE_ERROR":
         raise ReferenceFailed(result)
+    if status == "CANCELLED":
+        raise ValueError("job %s was cancelled by its client: it has no outcome"
+                         % result.get("job_id", "?"))
     build = {"CORRECT": _correct, "COMPILE_ERROR": _compile_error, "INCORRECT": _incorrect,
              "RUNTIME_ERROR": _runtime_error, "TIMEOUT": _timeout, "REJECTED": _rejected,
              "SANDBOX_VIOLATION": _sandbox_violation}.get(status)

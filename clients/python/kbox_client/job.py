@@ -17,6 +17,7 @@ class Job(object):
     endpoint: Endpoint
     state: str = "QUEUED"
     existing: bool = False       # the key named a job submitted earlier
+    cancel_requested: bool = False  # cancel() was accepted before it ended
     result: Optional[dict] = None
     # The key the caller gave (or the client drew); retries derive theirs from it.
     base_key: str = ""

@@ -143,6 +143,9 @@ def to_kernel_exec_result(result: dict, device=None, measure_performance: bool =
         raise InfraError(result)
     if status == "REFERENCE_ERROR":
         raise ReferenceFailed(result)
+    if status == "CANCELLED":
+        raise ValueError("job %s was cancelled by its client: it has no outcome"
+                         % result.get("job_id", "?"))
     fingerprint = result.get("fingerprint") or {}
     metadata = {"hardware": fingerprint.get("device_name", ""),
                 "device": str(device) if device is not None else _device_of(fingerprint)}

@@ -135,6 +135,7 @@ def submit(ctx: Context, items: Sequence[Tuple[Optional[str], dict]],
 def _update(job: Job, status: dict) -> None:
     job.state = status.get("state", job.state)
     job.existing = bool(status.get("existing", job.existing))
+    job.cancel_requested = bool(status.get("cancel_requested", job.cancel_requested))
     if job.state == "DONE":
         job.result = status.get("result") or {}
 
@@ -255,6 +256,22 @@ def job_status(ctx: Context, job: Job) -> Op:
     reply = yield from exchange(ctx, "GET", "/v1/jobs/%s" % job.job_id, pinned=job.endpoint)
     _update(job, reply.json())
     return job
+
+
+def cancel(ctx: Context, job: Job) -> Op:
+    """DELETE /v1/jobs/<id>: its stages are stopped and it ends CANCELLED
+    (wait for it), unless it reached its own end first. A job already ended
+    otherwise is an ApiError (409)."""
+    reply = yield from exchange(ctx, "DELETE", "/v1/jobs/%s" % job.job_id, pinned=job.endpoint)
+    _update(job, reply.json())
+    return job
+
+
+def list_jobs(ctx: Context, state: Optional[str], endpoint: Optional[Endpoint]) -> Op:
+    """GET /v1/jobs[?state=]: the caller's jobs on one daemon (no results)."""
+    path = "/v1/jobs" + ("?state=%s" % state if state else "")
+    reply = yield from exchange(ctx, "GET", path, pinned=endpoint)
+    return reply.json().get("jobs", [])
 
 
 def probe(ctx: Context, path: str, endpoint: Optional[Endpoint] = None) -> Op:

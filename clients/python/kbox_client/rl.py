@@ -12,7 +12,8 @@ What every adapter here shares:
   reward.no_code, the reward of a candidate that does not compile.
 - A Reward maps an EvaluateResult to a float. kbox's own failures
   (INFRA_ERROR, after the client's retries) and a broken reference
-  (REFERENCE_ERROR) are not the candidate's outcome: they yield None, which
+  (REFERENCE_ERROR) are not the candidate's outcome, nor is a job its
+  caller cancelled (CANCELLED): they yield None, which
   each adapter passes on as its trainer's "no reward" (TRL: None; verl: a
   dict with "masked": True; the OpenRLHF server, whose protocol needs a
   number: 0.0 with kbox_masked 1.0 in its extra logs). Never a penalty.
@@ -58,7 +59,7 @@ def _correct(result: dict) -> bool:
 
 
 def _masked(result: dict) -> bool:
-    return result.get("status") in ("INFRA_ERROR", "REFERENCE_ERROR")
+    return result.get("status") in ("INFRA_ERROR", "REFERENCE_ERROR", "CANCELLED")
 
 
 def _speedup(result: dict) -> Optional[float]:

@@ -2,7 +2,7 @@
 retried (a request kboxd refuses on its merits)."""
 import pytest
 
-from conftest import EXAMPLE_KEY, python_job, rejected_job
+from conftest import EXAMPLE_KEY, case, python_job, rejected_job
 from kbox_client import ApiError, Client
 
 
@@ -79,3 +79,22 @@ def test_evaluate_the_example_with_its_build(build_jobs):
     assert result["status"] == "CORRECT" and result["rewardable"], result
     assert build_jobs.jobs["example"].idempotency_key == EXAMPLE_KEY
     assert result["candidate_timing"]["count"] > 0 and result["speedup"] > 0
+
+
+def test_cancel_stops_a_job_and_jobs_lists_it(kboxd):
+    client = Client(kboxd.url)
+    spinning = client.submit(python_job("cand_spins_forever.py", time_limit_s=100,
+                                        reference_source=case("ref_clamp_scale.py")))
+    assert spinning.job_id in {j["job_id"] for j in client.jobs()}
+    client.cancel(spinning)
+    assert spinning.cancel_requested or spinning.done
+    result = client.wait(spinning, timeout_s=60)
+    assert result["status"] == "CANCELLED", result
+    assert spinning.infra_retries == 0  # not an INFRA_ERROR: nothing was resubmitted
+    done = client.jobs(state="DONE")
+    assert spinning.job_id in {j["job_id"] for j in done}
+    finished = client.submit(python_job(seed="16"))
+    assert client.wait(finished)["status"] == "CORRECT"
+    with pytest.raises(ApiError) as late:
+        client.cancel(finished)
+    assert late.value.status == 409

@@ -42,6 +42,7 @@ def test_rewards_mask_kbox_failures_and_never_reward_an_unrewardable_result():
     for reward in (rl.correct_plus_speedup(), rl.tiered(), rl.speedup_log()):
         assert reward({"status": "INFRA_ERROR"}) is None
         assert reward({"status": "REFERENCE_ERROR"}) is None
+        assert reward({"status": "CANCELLED"}) is None
         flagged = reward({"status": "CORRECT", "rewardable": False, "speedup": 3.0})
         clean = reward({"status": "CORRECT", "rewardable": True, "speedup": 3.0})
         assert flagged < clean, reward

@@ -163,5 +163,32 @@ TEST(JobStoreListTest, AnOwnersJobsByStateWithoutResults) {
   EXPECT_EQ(store.List("alice", v1::JobStatus::DONE, now + std::chrono::seconds(61)).size(), 0u);
 }
 
+TEST(JobStoreListTest, ACancelIsMarkedOnTheOwnersUnfinishedJobOnly) {
+  JobStore store{JobStore::Options{.result_ttl = std::chrono::seconds(60), .max_jobs = 10, .on_expired = {}}};
+  const auto now = JobStore::Clock::now();
+  int ids = 0;
+  const auto admit = [&](const std::string& key) {
+    return store.Admit("alice", key, "d", [&] { return "job-" + std::to_string(++ids); }, now).job_id;
+  };
+  const std::string running = admit("r"), done = admit("d");
+  store.MarkRunning(running);
+  v1::EvaluateResult result;
+  result.set_status(v1::CORRECT);
+  store.Complete(done, result, now);
+
+  EXPECT_FALSE(store.RequestCancel(running, "bob", now).has_value());  // Not bob's: unknown to him.
+  EXPECT_FALSE(store.Get(running, "alice", now)->cancel_requested());
+  const auto asked = store.RequestCancel(running, "alice", now);
+  ASSERT_TRUE(asked.has_value());
+  EXPECT_TRUE(asked->cancel_requested());
+  EXPECT_EQ(asked->state(), v1::JobStatus::RUNNING);
+  EXPECT_TRUE(store.List("alice", v1::JobStatus::RUNNING, now)[0].cancel_requested());
+  // A finished job is left as it ended.
+  const auto finished = store.RequestCancel(done, "alice", now);
+  ASSERT_TRUE(finished.has_value());
+  EXPECT_FALSE(finished->cancel_requested());
+  EXPECT_EQ(finished->result().status(), v1::CORRECT);
+}
+
 }  // namespace
 }  // namespace kbox

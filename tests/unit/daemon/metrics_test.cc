@@ -60,14 +60,27 @@ Exposition Parse(const std::string& text) {
   return e;
 }
 
+v1::GpuInfo Gpu(uint32_t index, const std::string& uuid) {
+  v1::GpuInfo gpu;
+  gpu.set_index(index);
+  gpu.set_name("NVIDIA H200");
+  gpu.set_uuid(uuid);
+  return gpu;
+}
+
 Metrics TwoGpuMetrics() {
-  return Metrics(MetricLabelSets{.backends = {v1::BACKEND_CPU, v1::BACKEND_CUDA}, .gpus = {0, 1}});
+  return Metrics(MetricLabelSets{.backends = {v1::BACKEND_CPU, v1::BACKEND_CUDA},
+                                 .gpus = {0, 1},
+                                 .gpu_info = {Gpu(0, "GPU-aaaa"), Gpu(1, "GPU-bbbb")},
+                                 .tokens = {"alice", "bob"}});
 }
 
 TEST(MetricsTest, DeclaresEveryMetricWithItsType) {
   const Exposition e = Parse(TwoGpuMetrics().Serialize());
   const std::map<std::string, std::string> expected = {
       {"kbox_jobs_total", "counter"},
+      {"kbox_token_jobs_total", "counter"},
+      {"kbox_gpu_info", "gauge"},
       {"kbox_job_phase_duration_seconds", "histogram"},
       {"kbox_http_responses_total", "counter"},
       {"kbox_anticheat_verdicts_total", "counter"},
@@ -125,11 +138,18 @@ TEST(MetricsTest, LabelValuesComeFromClosedSets) {
   std::set<std::string> causes, kinds;
   for (InfraCause c : kAllInfraCauses) causes.insert(std::string(InfraCauseName(c)));
   for (ViolationKind k : kAllViolationKinds) kinds.insert(std::string(ViolationKindName(k)));
+  const std::set<std::string> statuses = {"correct",           "compile_error", "runtime_error",
+                                          "incorrect",         "timeout",       "rejected",
+                                          "sandbox_violation", "infra_error",   "reference_error",
+                                          "cancelled"};
   const std::map<std::string, Sets> expected = {
       {"kbox_jobs_total",
        {{"backend", backends},
-        {"status", {"correct", "compile_error", "runtime_error", "incorrect", "timeout", "rejected",
-                    "sandbox_violation", "infra_error", "reference_error"}}}},
+        {"status", statuses}}},
+      {"kbox_token_jobs_total", {{"token", {"alice", "bob"}}, {"status", statuses}}},
+      {"kbox_gpu_info",
+       {{"device", {"gpu0", "gpu1"}}, {"gpu", {"0", "1"}}, {"UUID", {"GPU-aaaa", "GPU-bbbb"}},
+        {"modelName", {"NVIDIA H200"}}}},
       {"kbox_job_phase_duration_seconds",
        {{"backend", backends}, {"phase", {"static", "compile", "queue_wait", "run", "total"}}}},
       {"kbox_http_responses_total", {{"code", {"1xx", "2xx", "3xx", "4xx", "5xx"}}}},
@@ -256,6 +276,26 @@ TEST(MetricsTest, SpeedupsOfRewardableJobsOnly) {
   EXPECT_EQ(e.samples.at("kbox_speedup_bucket").at(R"(backend="cuda",le="2")"), 1);
   EXPECT_EQ(e.samples.at("kbox_speedup_bucket").at(R"(backend="cuda",le="1.5")"), 0);
   EXPECT_EQ(e.samples.at("kbox_build_info").at(std::string("version=\"") + kVersion + "\""), 1);
+}
+
+// Per-token counts join with the token file's names; the GPUs' UUIDs with
+// DCGM's series.
+TEST(MetricsTest, JobsPerTokenAndGpuUuids) {
+  Metrics metrics = TwoGpuMetrics();
+  metrics.RecordJob(Job(v1::BACKEND_CUDA, v1::CORRECT), JobTrace{}, "alice");
+  metrics.RecordJob(Job(v1::BACKEND_CUDA, v1::CANCELLED), JobTrace{}, "alice");
+  metrics.RecordJob(Job(v1::BACKEND_CPU, v1::CORRECT), JobTrace{}, "carol");  // added on SIGHUP
+  metrics.RecordJob(Job(v1::BACKEND_CPU, v1::CORRECT), JobTrace{});           // no authentication
+  const Exposition e = Parse(metrics.Serialize());
+  const auto& per_token = e.samples.at("kbox_token_jobs_total");
+  EXPECT_EQ(per_token.at(R"(status="correct",token="alice")"), 1);
+  EXPECT_EQ(per_token.at(R"(status="cancelled",token="alice")"), 1);
+  EXPECT_EQ(per_token.at(R"(status="correct",token="bob")"), 0);
+  EXPECT_EQ(per_token.at(R"(status="correct",token="carol")"), 1);
+  EXPECT_EQ(e.samples.at("kbox_jobs_total").at(R"(backend="cpu",status="correct")"), 2);
+  const auto& gpus = e.samples.at("kbox_gpu_info");
+  EXPECT_EQ(gpus.at(R"(UUID="GPU-aaaa",device="gpu0",gpu="0",modelName="NVIDIA H200")"), 1);
+  EXPECT_EQ(gpus.at(R"(UUID="GPU-bbbb",device="gpu1",gpu="1",modelName="NVIDIA H200")"), 1);
 }
 
 TEST(MetricsTest, WorkersDevicesAndQueues) {

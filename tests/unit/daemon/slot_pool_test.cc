@@ -298,5 +298,53 @@ TEST(SlotPoolTest, FairShareHoldsWithSeveralSlots) {
   }
 }
 
+TEST(SlotPoolTest, ACancelledWaiterLeavesTheQueueAndOthersKeepTheirPlaces) {
+  SlotPool pool = SlotPool::Anonymous(1);
+  auto held = pool.Acquire();
+  std::atomic<bool> cancel_a{false};
+  const std::atomic<bool> cancel_b{false};
+  std::atomic<pid_t> tid_a{0};
+  auto a = std::async(std::launch::async, [&] {
+    tid_a = CurrentTid();
+    return pool.Acquire("t", cancel_a).has_value();
+  });
+  while (tid_a.load() == 0) std::this_thread::yield();
+  ASSERT_TRUE(WaitUntilBlocked(tid_a.load()));
+  std::atomic<pid_t> tid_b{0};
+  auto b = std::async(std::launch::async, [&] {
+    tid_b = CurrentTid();
+    auto lease = pool.Acquire("t", cancel_b);
+    return lease.has_value();
+  });
+  while (tid_b.load() == 0) std::this_thread::yield();
+  ASSERT_TRUE(WaitUntilBlocked(tid_b.load()));
+  EXPECT_EQ(pool.waiting(), 2u);
+
+  // Setting the flag alone wakes nobody; WakeWaiters makes the waiter look.
+  cancel_a = true;
+  pool.WakeWaiters();
+  EXPECT_FALSE(a.get());
+  EXPECT_EQ(pool.waiting(), 1u);
+  EXPECT_EQ(pool.waiting("t"), 1u);
+  EXPECT_EQ(pool.busy(), 1u);
+
+  // The one still waiting gets the slot next; nothing leaked to the cancelled one.
+  { auto released = std::move(held); }
+  EXPECT_TRUE(b.get());
+  EXPECT_EQ(pool.waiting(), 0u);
+  EXPECT_EQ(pool.busy(), 0u);
+  EXPECT_EQ(pool.idle(), 1u);
+}
+
+TEST(SlotPoolTest, AWaiterCancelledBeforeItAsksGetsAFreeSlotOrNothing) {
+  SlotPool pool = SlotPool::Anonymous(1);
+  const std::atomic<bool> cancelled{true};
+  // A free slot is handed over even so: the caller sees its flag and gives it back.
+  auto lease = pool.Acquire("", cancelled);
+  ASSERT_TRUE(lease.has_value());
+  EXPECT_FALSE(pool.Acquire("", cancelled).has_value());
+  EXPECT_EQ(pool.waiting(), 0u);
+}
+
 }  // namespace
 }  // namespace kbox
