@@ -327,6 +327,40 @@ def save_results(out, results):
     os.replace(path + ".tmp", path)
 
 
+def run_eval_dir(server, shared, out, report):
+    """`kbox eval-dir` over every KernelBench level-1 problem, with a
+    generated candidate for each problem kbox-bench covers (the rest count as
+    missing, as in a model's run): every candidate there must be CORRECT, and
+    the summary, CSV and plot land in <out>/eval_dir."""
+    import kbox_bench_candidates
+    import tempfile
+    level1 = os.path.join(shared, "datasets", "kernelbench", "level1")
+    run = tempfile.mkdtemp(prefix="kbox-eval-dir-")
+    names = kbox_bench_candidates.write_run(os.path.join(run, "candidates"), "cuda", shared)
+    dest = os.path.join(out or run, "eval_dir")
+    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "clients", "python"))
+    started = time.time()
+    done = subprocess.run([sys.executable, "-m", "kbox_client.eval_dir", "--server", server,
+                           "--problems", level1, "--candidates", os.path.join(run, "candidates"),
+                           "--backend", "cuda", "--out", dest], env=env, capture_output=True,
+                          text=True, timeout=1800)
+    print(done.stdout, end="", flush=True)
+    journal = os.path.join(dest, "results.jsonl")
+    evaluated = {}  # problem -> result, for those with a candidate
+    if os.path.exists(journal):
+        with open(journal) as f:
+            for line in f:
+                row = json.loads(line)
+                evaluated[row["problem"] + ".py"] = row["result"]
+    correct = sum(1 for name in names if evaluated.get(name, {}).get("status") == "CORRECT")
+    ok = done.returncode == 0 and correct == len(names)
+    summary = {"status": "CORRECT" if ok else "FAILED",
+               "message": "eval-dir: %d candidates, %d CORRECT, rc %d, %.0f s%s" % (
+                   len(names), correct, done.returncode, time.time() - started,
+                   "" if done.returncode == 0 else "; " + done.stderr[-400:])}
+    report("eval_dir/kernelbench_level1", "cuda", summary, ok)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shared", default=os.path.join(REPO, "..", "shared"))
@@ -336,9 +370,10 @@ def main():
     parser.add_argument("--repeat", type=int, default=0,
                         help="instead of the suite: evaluate each few-shot pair N times and print "
                              "the coefficient of variation of its speedup")
-    parser.add_argument("--part", choices=("all", "cases", "faults"), default="all",
-                        help="cases: everything but the fault cases; faults: only those (with "
-                             "the honest jobs they need); all: both, cases first")
+    parser.add_argument("--part", choices=("all", "cases", "eval-dir", "faults"), default="all",
+                        help="cases: every single-job case; eval-dir: `kbox eval-dir` over "
+                             "KernelBench level 1; faults: the fault cases (with the honest jobs "
+                             "they need); all: the three in that order")
     parser.add_argument("--kboxd-arg", action="append", default=[],
                         help="a flag for kboxd (repeatable), e.g. --kboxd-arg=--preforked-run-stage")
     args = parser.parse_args()
@@ -346,6 +381,8 @@ def main():
     work_dir = "/tmp/kbox-gpu-suite-%d" % os.getpid()
     daemon, server = start_daemon(work_dir, args.python, extra_args=args.kboxd_arg)
     print("kboxd at %s; info: %s" % (server, urllib.request.urlopen(server + "/v1/info").read().decode().strip()))
+    metrics = urllib.request.urlopen(server + "/metrics").read().decode()
+    print("\n".join(line for line in metrics.splitlines() if line.startswith("kbox_gpu_info")), flush=True)
     cases, add_ref, _ = build_cases(args.shared)
     honest = [c for c in cases if c[0].startswith("few_shot/")]  # run after each fault case
     # Eight honest jobs to queue behind a fault: the few-shot pairs and three more.
@@ -357,7 +394,7 @@ def main():
     wanted = [w for w in args.only.split(",") if w]
     if wanted:
         cases = [c for c in cases if any(w in c[0] for w in wanted)]
-    if args.part == "faults":
+    if args.part in ("faults", "eval-dir"):
         cases = []
     results, failures = {}, 0
     started = time.time()
@@ -386,10 +423,12 @@ def main():
                 report(name, backend, result, check(result))
         if args.repeat:
             print_speedup_spread(results)
+        if not args.repeat and not wanted and args.part in ("all", "eval-dir"):
+            run_eval_dir(server, args.shared, args.out, report)
         # Last, with the GPU otherwise idle: kernels that fault, never end or
         # exhaust the GPU's memory, each followed by the five honest few-shot
         # pairs, which are the next jobs that GPU runs (issue 8).
-        if not args.repeat and args.part != "cases":
+        if not args.repeat and args.part in ("all", "faults"):
             run_fault_cases(server, honest, add_ref, wanted, report)
             if not wanted or any(w in "queue_behind_fault/" for w in wanted):
                 run_fault_with_queue(server, queued_behind, add_ref, report)

@@ -207,6 +207,28 @@ def candidate_source(problem, backend, index):
     return _model_new(problem, load), code, what
 
 
+# The variant a KernelBench-style run uses (write_run): a grid-stride loop,
+# 256 threads, 4 elements per thread.
+RUN_VARIANT = _CUDA_VARIANTS.index(("gridstride", 256, 4))
+
+
+def write_run(directory, backend, shared):
+    """Lays out a KernelBench-style run for `kbox eval-dir`: the candidate of
+    each level-1 problem the generator covers as <directory>/<problem file>,
+    for the problem at KernelBench's own sizes (evaluate it against
+    <shared>/datasets/kernelbench/level1 in place). Returns the file names."""
+    os.makedirs(directory, exist_ok=True)
+    names = []
+    index = RUN_VARIANT if backend == "cuda" else 0
+    for problem in problems(shared):
+        source, _, _ = candidate_source(problem, backend, index)
+        name = os.path.basename(problem.path)
+        with open(os.path.join(directory, name), "w") as f:
+            f.write(source)
+        names.append(name)
+    return names
+
+
 def problem_set(shared, levels=(1,)):
     """[(problem, module that writes its candidates)] for the KernelBench levels asked."""
     out = []

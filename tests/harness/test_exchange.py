@@ -391,3 +391,27 @@ def test_hostile_arena_output_raises_format_error(arena, name):
     arena._map[:len(data)] = data
     with pytest.raises(FormatError):
         exchange.load_from_arena(arena, len(data))
+
+
+def test_a_crossing_over_the_file_size_limit_says_so():
+    """What is too large to cross (RLIMIT_FSIZE) is named as such, so the
+    judge's INFRA_ERROR says why (KernelBench's 6 GiB level-1 tensors)."""
+    import multiprocessing
+    import resource
+    import signal
+
+    def create_over_the_limit(queue):
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+        try:
+            exchange.Arena.create(2 << 20).close()
+            queue.put("created")
+        except OSError as e:
+            queue.put(str(e))
+
+    queue = multiprocessing.get_context("fork").Queue()
+    child = multiprocessing.get_context("fork").Process(target=create_over_the_limit, args=(queue,))
+    child.start()
+    child.join(60)
+    message = queue.get(timeout=5)
+    assert "2097152 bytes cannot cross between the judge and the candidate's process" in message, message

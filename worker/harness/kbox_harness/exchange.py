@@ -26,6 +26,7 @@ to cuda 0.10-0.12 s. save() writes straight from the tensor's memory; load()
 is one read into a bytearray and torch.frombuffer views of it (no second
 copy, no per-element Python work).
 """
+import errno
 import fcntl
 import json
 import mmap
@@ -256,7 +257,16 @@ class Arena(object):
     def create(cls, capacity, name="kbox-exchange"):
         fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
-            os.ftruncate(fd, capacity)
+            try:
+                os.ftruncate(fd, capacity)
+            except OSError as e:
+                if e.errno != errno.EFBIG:
+                    raise
+                # The stage's RLIMIT_FSIZE (worker/stage_runner.cc) bounds
+                # what can cross between judge and candidate.
+                raise OSError(errno.EFBIG, "%d bytes cannot cross between the judge and the "
+                              "candidate's process: over the stage's file size limit"
+                              % capacity)
             fcntl.fcntl(fd, fcntl.F_ADD_SEALS,
                         fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
             return cls(fd, capacity)
@@ -288,14 +298,18 @@ class Arena(object):
             os.close(fd)
             raise FormatError("a crossing that cannot be mapped: %s" % e)
 
-    def close(self):
-        """Unmaps and closes (a crossing's arena, once read or sent)."""
+    def unpin(self):
+        """Gives back what pin() locked."""
         if self._pinned and torch.cuda.is_available():
             try:
                 torch.cuda.cudart().cudaHostUnregister(self.bytes.data_ptr())
             except (AttributeError, RuntimeError, TypeError):
                 pass
-            self._pinned = 0
+        self._pinned = 0
+
+    def close(self):
+        """Unmaps and closes (a crossing's arena, once read or sent)."""
+        self.unpin()
         self.bytes = None
         try:
             self._map.close()
@@ -313,8 +327,13 @@ class Arena(object):
         stays locked until the stage ends) or once pinning failed (copies
         then go through the driver's staging buffer: slower, the same
         bytes)."""
-        if nbytes <= self._pinned or nbytes > PINNED_MAX_BYTES or self.pin_failed or \
-                not torch.cuda.is_available():
+        if nbytes <= self._pinned or self.pin_failed or not torch.cuda.is_available():
+            return
+        if nbytes > PINNED_MAX_BYTES:
+            # A copy may not straddle the end of a registered range: CUDA
+            # refuses it ("invalid argument"). One larger than what may stay
+            # locked runs wholly in pageable memory.
+            self.unpin()
             return
         size = 1 << 20
         while size < nbytes:
@@ -324,9 +343,7 @@ class Arena(object):
         try:
             cudart = torch.cuda.cudart()
             ptr = self.bytes.data_ptr()
-            if self._pinned:
-                cudart.cudaHostUnregister(ptr)
-                self._pinned = 0
+            self.unpin()
             if int(cudart.cudaHostRegister(ptr, size, 0)) != 0:
                 self.pin_failed = True
                 return
