@@ -40,7 +40,11 @@ def test_readyz_reports_draining():
         job = threading.Thread(
             target=lambda: replies.append(it.post_json(daemon.port, payload, timeout=180)))
         job.start()
-        wait_until(lambda: "kbox_jobs_in_flight 1" in daemon.metrics(), 60, "the job to start")
+        # Started, not only admitted: a job the drain finds not yet begun is
+        # held back for the restart (INFRA_ERROR "did not start"), which on a
+        # loaded host could happen to a job merely admitted.
+        wait_until(lambda: 'kbox_run_slots{device="cpu",state="busy"} 1' in daemon.metrics(), 120,
+                   "the job's run stage to start")
         daemon.proc.send_signal(signal.SIGTERM)
         # The listener closes at once; this connection stays until the drain ends.
         def draining():
