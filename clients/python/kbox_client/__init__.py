@@ -14,13 +14,14 @@ from .errors import (ApiError, ConnectionFailed, InfraError, KboxError, Referenc
                      RetriesExhausted, Unauthenticated, WaitTimeout)
 from .job import Job, RetryEvent
 from .messages import make_check_request, make_request
+from .results import Result
 from .retry import NO_RETRY, RetryPolicy, backoff_delay, derived_key, parse_retry_after
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ApiError", "AsyncClient", "Client", "ConnectionFailed", "InfraError", "Job", "KboxError",
-    "NO_RETRY", "ReferenceFailed", "RetriesExhausted", "RetryEvent", "RetryPolicy",
+    "NO_RETRY", "ReferenceFailed", "Result", "RetriesExhausted", "RetryEvent", "RetryPolicy",
     "Unauthenticated", "WaitTimeout", "backoff_delay", "derived_key", "make_check_request",
     "make_request", "parse_retry_after",
 ]

@@ -265,3 +265,43 @@ def test_evaluate_many_plans_chunks_that_fit_and_keep_a_reference_together():
     # Never more than the room left in the window.
     plan = many.Plan(requests, infos)
     assert plan.next_chunk(room=1)[1] == [0]
+
+
+def test_a_result_dict_reads_as_typed_classes():
+    from kbox_client import Result
+    doc = {"job_id": "j-1", "status": "CORRECT", "rewardable": True, "speedup": 2.3,
+           "candidate_timing": {"count": 200, "lower_quartile_ms": 0.12, "method": "cuda_event"},
+           "reference_timing": {"lower_quartile_ms": 0.28, "source": "cache"},
+           "trials": [{"seed": "6058924587920641055", "passed": True, "max_abs_diff": 0}],
+           "verdicts": [{"rule_id": "run.rounding-allowance", "severity": "INFO", "line": 3,
+                         "phase": "PHASE_RUN"}],
+           "durations": {"compile_ms": 31792.7, "run_ms": 3286.1},
+           "field_of_a_later_kboxd": 1}
+    result = Result.from_dict(doc)
+    assert result.correct and result.candidates_fault
+    assert result.candidate_timing.lower_quartile_ms == 0.12
+    assert result.reference_timing.source == "cache"
+    assert result.trials[0].seed == 6058924587920641055 and result.trials[0].passed
+    assert result.verdicts[0].rule_id == "run.rounding-allowance" and result.verdicts[0].line == 3
+    assert result.durations.run_ms == 3286.1 and result.durations.static_ms == 0.0
+    assert result.raw["field_of_a_later_kboxd"] == 1
+    cancelled = Result.from_dict({"status": "CANCELLED"})
+    assert not cancelled.correct and not cancelled.candidates_fault
+    assert cancelled.candidate_timing.count == 0 and cancelled.trials == ()
+
+
+def test_the_typed_classes_name_only_fields_of_the_proto():
+    import dataclasses
+    import os
+    import re
+    from kbox_client import results
+    proto = os.path.join(os.path.dirname(__file__), "..", "..", "..", "proto", "kbox", "v1",
+                         "evaluation.proto")
+    with open(proto) as f:
+        text = f.read()
+    for cls, message in results.PROTO_MESSAGES.items():
+        body = re.search(r"^message %s \{(.*?)^\}" % message, text, re.M | re.S).group(1)
+        names = set(re.findall(r"^\s+(?:repeated\s+)?[\w.]+\s+(\w+)\s*=\s*\d+;", body, re.M))
+        for field in dataclasses.fields(cls):
+            if field.name != "raw":
+                assert field.name in names, "%s.%s is not a field of %s" % (cls.__name__, field.name, message)
