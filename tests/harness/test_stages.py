@@ -44,7 +44,7 @@ class Job(object):
         shutil.copy(os.path.join(FIXTURES, candidate), os.path.join(self.root, "candidate.py"))
         shutil.copy(os.path.join(FIXTURES, reference), os.path.join(self.root, "reference.py"))
 
-    def run(self, stage, env_overrides=None, **overrides):
+    def run(self, stage, env_overrides=None, preexec_fn=None, **overrides):
         spec = {
             "stage": stage,
             "reference_path": os.path.join(self.root, "reference.py"),
@@ -78,7 +78,7 @@ class Job(object):
         # kboxd uses fd 3; any inherited fd number exercises the same code.
         proc = subprocess.Popen(
             [PYTHON, "-s", "-B", STAGE, "--spec", spec_path, "--result-fd", str(w)],
-            pass_fds=(w,), env=env, cwd=self.root,
+            pass_fds=(w,), env=env, cwd=self.root, preexec_fn=preexec_fn,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         os.close(w)
         with os.fdopen(r, "rb") as f:
@@ -249,6 +249,27 @@ def test_candidate_raising_in_forward(tmp_path):
     assert tmp_path.as_posix() not in err["traceback"] and "kbox_harness" not in err["traceback"]
     # The daemon must see the candidate as the party that was running.
     assert result.parties[-2:] == ["CANDIDATE", "HARNESS"]
+
+
+def test_an_output_too_large_to_cross_is_kboxs_failure_not_the_candidates(tmp_path):
+    """An honest candidate whose output (as large as the reference's: 2 MiB
+    here) is over the stage's file size limit (1 MiB) cannot send it back:
+    the judge says so before asking, as kbox's failure. Met in the candidate's
+    process instead, it read as the candidate's (RUNTIME_ERROR), as on the
+    GPU for KernelBench's 6 GiB level-1 tensors."""
+    import resource
+
+    def one_mib_files():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+
+    result = Job(tmp_path, "cand_tiled.py", reference="ref_tiled.py").run(
+        "STAGE_RUN", preexec_fn=one_mib_files, exchange_arena_bytes=str(512 << 10))
+    report = _check(result, "HARNESS_FAILED")
+    assert "cannot cross back from its process: over the stage's file size limit (1048576 bytes)" \
+        in report["message"], report["message"]
+    # With room, the same pair is correct.
+    fine = Job(tmp_path / "roomy", "cand_tiled.py", reference="ref_tiled.py").run("STAGE_RUN")
+    _check(fine, "OK")
 
 
 def test_reference_raising(tmp_path):

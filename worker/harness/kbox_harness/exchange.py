@@ -31,6 +31,7 @@ import fcntl
 import json
 import mmap
 import os
+import resource
 import stat
 import struct
 import tempfile
@@ -389,6 +390,18 @@ def layout_bytes(obj):
     if entries:
         size += entries[-1]["offset"] + entries[-1]["nbytes"]
     return size
+
+
+class TooLarge(Exception):
+    """What kbox cannot carry between the judge and the candidate's process."""
+
+
+def crossing_limit():
+    """The most bytes one crossing of this process can hold: a memfd is a
+    file, bound by RLIMIT_FSIZE (the stage's, which the candidate's process
+    inherits); None when unbounded."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    return None if soft == resource.RLIM_INFINITY else soft
 
 
 def save_to_memfd(obj, name="kbox-crossing"):

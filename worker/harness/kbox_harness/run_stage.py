@@ -44,6 +44,19 @@ def _arena(capacity, name):
         return None
 
 
+def _output_can_cross(ref_out):
+    """Raises exchange.TooLarge when an output as large as the reference's
+    could not cross back from the candidate's process: kbox's limit, found
+    here, where it is kbox's failure. Met first in the candidate's process,
+    after candidate code ran there, it would read as the candidate's."""
+    limit = exchange.crossing_limit()
+    need = exchange.layout_bytes({"out": ref_out})
+    if limit is not None and need > limit:
+        raise exchange.TooLarge("the candidate's output (%d bytes, as large as the reference's) cannot "
+                                "cross back from its process: over the stage's file size limit (%d bytes)"
+                                % (need, limit))
+
+
 def read_secret(spec):
     """kboxd's seed. From the secret file when kboxd wrote one (it is deleted
     at once, after the candidate's process was forked, so that process never
@@ -806,6 +819,8 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
             self.ref_sample = (x, ref_out)
         ref_kept = dynamic_checks.same_values(ref_in, x)
         t = self._summed("trial_reference", t)
+        if i == 0:
+            _output_can_cross(ref_out)
         where = self.cross(x)
         t = self._summed("trial_write", t)
         # A call like every other of the stage, under the op trace (the
