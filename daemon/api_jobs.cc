@@ -271,8 +271,9 @@ void ApiHandler::RunSubmitted(const v1::EvaluateRequest& request, const Resolved
                               std::shared_ptr<JobCancel> cancel) {
   bool held_back = false;
   v1::EvaluateResult result;
-  if (draining_.load()) {
-    // Not started before the drain: kept for after the restart (below).
+  if (draining_.load() && !cancel->by_client.load()) {
+    // Not started before the drain: kept for after the restart (below),
+    // unless its client cancelled it (then Evaluate ends it CANCELLED).
     held_back = true;
     result.set_job_id(job_id);
     result.set_client_request_id(request.client_request_id());

@@ -536,8 +536,9 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
   // Draining: a job that has not begun compiling or running yet stays
   // unstarted (checked after each wait, since draining may begin during it).
   bool began = false;
+  // A job its client cancelled is not kept for the restart: it ends here.
   auto hold_back = [&] {
-    if (began || !stop_starting_.load()) return false;
+    if (began || !stop_starting_.load() || cancel.by_client.load()) return false;
     result.set_status(v1::INFRA_ERROR);
     result.set_message("kboxd is draining (shutting down) and the job did not start; retry it");
     trace.cause.infra = InfraCause::kCancelled;
