@@ -396,12 +396,16 @@ class TooLarge(Exception):
     """What kbox cannot carry between the judge and the candidate's process."""
 
 
+# Read once, at import: the run stage's strict seccomp filter kills
+# prlimit64, which getrlimit is, and nothing may change the limit later.
+_FSIZE_SOFT = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+
+
 def crossing_limit():
     """The most bytes one crossing of this process can hold: a memfd is a
     file, bound by RLIMIT_FSIZE (the stage's, which the candidate's process
     inherits); None when unbounded."""
-    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
-    return None if soft == resource.RLIM_INFINITY else soft
+    return None if _FSIZE_SOFT == resource.RLIM_INFINITY else _FSIZE_SOFT
 
 
 def save_to_memfd(obj, name="kbox-crossing"):
