@@ -43,9 +43,10 @@ def available():
 
 
 def write_no_spawn_filter(path):
-    """Allows everything but fork, vfork, execve, execveat and clone without
-    CLONE_THREAD (killed); clone3 fails with ENOSYS (its flags live in memory
-    a filter cannot read, and glibc then falls back to clone)."""
+    """Allows everything but fork, vfork, execve, execveat, clone without
+    CLONE_THREAD, setrlimit and prlimit64 (killed, as policy/seccomp/
+    run_strict.policy kills them); clone3 fails with ENOSYS (its flags live
+    in memory a filter cannot read, and glibc then falls back to clone)."""
     lib = LIB
     lib.seccomp_init.restype = ctypes.c_void_p
     lib.seccomp_init.argtypes = [ctypes.c_uint32]
@@ -64,7 +65,7 @@ def write_no_spawn_filter(path):
             rc = lib.seccomp_rule_add_array(ctx, action, nr, len(cmps), arr)
             assert rc == 0, (name, rc)
 
-        for name in ("fork", "vfork", "execve", "execveat"):
+        for name in ("fork", "vfork", "execve", "execveat", "setrlimit", "prlimit64"):
             add(SCMP_ACT_KILL_PROCESS, name)
         add(SCMP_ACT_KILL_PROCESS, "clone", ScmpArgCmp(0, SCMP_CMP_MASKED_EQ, CLONE_THREAD, 0))
         add(SCMP_ACT_ERRNO(errno.ENOSYS), "clone3")
