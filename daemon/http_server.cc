@@ -144,7 +144,7 @@ void HttpServer::Stop() {
 asio::awaitable<void> HttpServer::AcceptLoop() {
   while (acceptor_.is_open()) {
     // Each connection on a strand of its own: with io_threads > 1 the
-    // session's coroutine and its stream's timeout timer (which closes the
+    // connection's coroutine and its stream's timeout timer (which closes the
     // socket) would otherwise run on two threads at once, a data race that
     // crashed kboxd in epoll_reactor::deregister_descriptor under an idle-
     // connection flood (docs/reliability.md).
