@@ -130,7 +130,6 @@ class CachedReferenceTiming(object):
         self._summed("timing_fit", t0)
         overhead = self._calibrate(clock, get_inputs)
         cand_times, outside, outran, uncovered = [], [], 0, ([], [])
-        checks = 0
         idle_checks = self._idle_check_rounds()
         started = timing.now_ms()
         max_calls = max(spec.performance_trials, judge_timing._MAX_CALLS_FACTOR * spec.performance_trials)
@@ -141,8 +140,7 @@ class CachedReferenceTiming(object):
             outside.append(ms)
             cand_times.append(cand_ms)
             outran += 1 if reply.get("outran") is True else 0
-            if checks < judge_timing._MAX_SPOT_CHECKS and (j < 2 or self.rng.random() < judge_timing._SPOT_CHECK_SHARE):
-                checks += 1
+            if j < 2 or self.rng.random() < judge_timing._SPOT_CHECK_SHARE:
                 # As _measure's rounds: the reference on the same inputs,
                 # compared with the timed output.
                 ref_out = self.call(self.forward, ref_model, x)
@@ -150,8 +148,7 @@ class CachedReferenceTiming(object):
                 del ref_out
             del x
             if self.device.type == "cuda" and j % 2 == 1:
-                checks += self._uncovered_call(ref_model, get_inputs, uncovered,
-                                               checks < judge_timing._MAX_SPOT_CHECKS, j)
+                self._uncovered_call(ref_model, get_inputs, uncovered, j)
             if j % judge_timing._OVERHEAD_EVERY == judge_timing._OVERHEAD_EVERY - 1:
                 overhead.append(self._empty_round(clock))
             if j + 1 >= spec.performance_trials:

@@ -27,8 +27,11 @@ _CALIBRATE_WITH_REFERENCE_MS = 2.0
 # Timed rounds after which the judge watches for work the candidate's
 # process left running (run_stage._idle_check).
 _IDLE_CHECKS = 3
-_SPOT_CHECK_SHARE = 0.25  # timed outputs compared with the reference's
-_MAX_SPOT_CHECKS = 24     # each one sends the output back (the exchange arena or a file)
+# The share of timed outputs compared with the reference's, chosen after
+# each call, in every round to the last. Never capped: a candidate that knew
+# when the checks run out could answer honestly until then, skip its work in
+# the rounds after, and own the lower quartile speedup is computed from.
+_SPOT_CHECK_SHARE = 0.25
 _OVERHEAD_CALLS = 12      # empty rounds that calibrate the outside clock
 _OVERHEAD_EVERY = 8       # and one more after every this many timed rounds
 # Rounds that confirm a disagreement of the two clocks before it is a
@@ -101,7 +104,6 @@ class TimingRounds(object):
         ref_times, cand_times, outside = [], [], []
         outran = [0, 0]  # calls whose host launch work outlasted the cover: reference, candidate
         uncovered = ([], [])  # the candidate's calls without the cover: times, host times
-        checks = 0
         idle_checks = self._idle_check_rounds()
         trace = _RoundTrace(os.environ.get(_TRACE_ENV))
         started = timing.now_ms()
@@ -126,13 +128,12 @@ class TimingRounds(object):
                           cand_outran=reply.get("outran"), cand_cover_gpu_ms=reply.get("cover_gpu_ms"),
                           outside_ms=ms)
             outran[1] += 1 if reply.get("outran") is True else 0
-            if checks < _MAX_SPOT_CHECKS and (j < 2 or self.rng.random() < _SPOT_CHECK_SHARE):
-                checks += 1
+            if j < 2 or self.rng.random() < _SPOT_CHECK_SHARE:
                 self._spot_check(j, reply, ref_out, ref_in, ref_model, x)
                 steps.lap("spot_check")
             del ref_out, ref_in, ref, x
             if self.device.type == "cuda" and j % 2 == 1:
-                checks += self._uncovered_call(ref_model, get_inputs, uncovered, checks < _MAX_SPOT_CHECKS, j)
+                self._uncovered_call(ref_model, get_inputs, uncovered, j)
                 steps.lap("uncovered")
             if j % _OVERHEAD_EVERY == _OVERHEAD_EVERY - 1:
                 overhead.append(self._empty_round(clock))
@@ -234,10 +235,10 @@ class TimingRounds(object):
             return None
         return graph
 
-    def _uncovered_call(self, ref_model, get_inputs, uncovered, may_check, j):
+    def _uncovered_call(self, ref_model, get_inputs, uncovered, j):
         """One candidate call without the launch cover, on fresh inputs of
         its own, recorded for timing.hidden_by_cover and spot-checked like
-        the others. Returns the number of spot checks made (0 or 1)."""
+        the others."""
         y = self._timing_set(get_inputs, "uncovered-%d" % j)
         reply = self.ask({"op": "call", "inputs": self.cross(y), "cover": False})
         ms, host = judging.number(reply.get("ms")), judging.number(reply.get("host_ms"))
@@ -245,12 +246,11 @@ class TimingRounds(object):
             raise judging.ClientFailed(CANDIDATE, message="candidate's process sent no time for a timed call")
         uncovered[0].append(ms)
         uncovered[1].append(host)
-        if not may_check or self.rng.random() >= _SPOT_CHECK_SHARE:
-            return 0
+        if self.rng.random() >= _SPOT_CHECK_SHARE:
+            return
         ref_in = inputs.clone(y)  # y stays as drawn, for the rounding allowance
         ref_out = self.call(self.forward, ref_model, ref_in)
         self._spot_check(j, reply, ref_out, ref_in, ref_model, y)
-        return 1
 
     def _calibrate(self, clock, get_inputs, ref_model=None, graph=None):
         """Rounds shaped like the timed ones with an empty call on the
