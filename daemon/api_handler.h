@@ -109,6 +109,7 @@ class ApiHandler {
   // DELETE /v1/jobs/<id>: 202 with the job's status while its cancel takes
   // hold; 200 when it already ended CANCELLED; 409 when it ended otherwise.
   HttpResponse CancelJob(const std::string& job_id, const Caller& caller);
+  HttpResponse UnknownJob(const std::string& job_id) const;
   boost::asio::awaitable<HttpResponse> GetJob(const HttpRequest& request, std::string job_id,
                                               const Caller& caller);
   // The job pool's side of a submitted job: run it, give its place back,

@@ -58,25 +58,15 @@ std::optional<std::string_view> QueryValue(std::string_view target, std::string_
   return std::nullopt;
 }
 
-// The `wait` query parameter in seconds, bounded; 0 when absent or malformed.
+// The `wait` query parameter in seconds, bounded; 0 when absent, -1 when
+// malformed.
 int WaitSeconds(std::string_view target) {
-  const auto q = target.find('?');
-  if (q == std::string_view::npos) return 0;
-  std::string_view query = target.substr(q + 1);
-  while (!query.empty()) {
-    const auto amp = query.find('&');
-    const std::string_view pair = query.substr(0, amp);
-    if (pair.starts_with("wait=")) {
-      int seconds = 0;
-      const auto value = pair.substr(5);
-      const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), seconds);
-      if (ec != std::errc() || end != value.data() + value.size()) return -1;
-      return std::clamp(seconds, 0, kMaxWaitSeconds);
-    }
-    if (amp == std::string_view::npos) break;
-    query.remove_prefix(amp + 1);
-  }
-  return 0;
+  const auto value = QueryValue(target, "wait");
+  if (!value) return 0;
+  int seconds = 0;
+  const auto [end, ec] = std::from_chars(value->data(), value->data() + value->size(), seconds);
+  if (ec != std::errc() || end != value->data() + value->size()) return -1;
+  return std::clamp(seconds, 0, kMaxWaitSeconds);
 }
 
 }  // namespace
@@ -311,12 +301,14 @@ void ApiHandler::RunSubmitted(const v1::EvaluateRequest& request, const Resolved
   jobs_.Complete(job_id, std::move(result), JobStore::Clock::now());
 }
 
+// What an unknown id, an expired result and another token's job all get.
+HttpResponse ApiHandler::UnknownJob(const std::string& job_id) const {
+  return Error(http::status::not_found, "job_id", "no job " + job_id + " (unknown, or its result expired)");
+}
+
 HttpResponse ApiHandler::CancelJob(const std::string& job_id, const Caller& caller) {
   const auto status = jobs_.RequestCancel(job_id, caller.token, JobStore::Clock::now());
-  if (!status) {
-    return Error(http::status::not_found, "job_id",
-                 "no job " + job_id + " (unknown, or its result expired)");
-  }
+  if (!status) return UnknownJob(job_id);
   if (status->state() == v1::JobStatus::DONE) {
     if (status->result().status() == v1::CANCELLED) return Reply(http::status::ok, *status, Encoding::kJson);
     return Error(http::status::conflict, "job_id",
@@ -337,10 +329,7 @@ std::optional<HttpResponse> ApiHandler::JobAnswer(const std::string& job_id, con
                                                   JobStore::Clock::time_point deadline) {
   const auto now = JobStore::Clock::now();
   auto status = jobs_.Get(job_id, caller.token, now);
-  if (!status) {
-    return Error(http::status::not_found, "job_id",
-                 "no job " + job_id + " (unknown, or its result expired)");
-  }
+  if (!status) return UnknownJob(job_id);
   if (status->state() == v1::JobStatus::DONE || now >= deadline) {
     return Reply(http::status::ok, *status, Encoding::kJson);
   }

@@ -246,10 +246,10 @@ int main(int argc, char** argv) {
   for (const auto& gpu : host->probe.gpus()) {
     if (std::find(gpus.begin(), gpus.end(), gpu.index()) != gpus.end()) gpu_info.push_back(gpu);
   }
-  kbox::Metrics metrics(kbox::MetricLabelSets{.backends = backends,
-                                              .gpus = gpus,
-                                              .gpu_info = std::move(gpu_info),
-                                              .tokens = tokens ? tokens->table()->names() : std::vector<std::string>{}});
+  std::vector<std::string> token_names;
+  if (tokens) token_names = tokens->table()->names();
+  kbox::Metrics metrics(kbox::MetricLabelSets{
+      .backends = backends, .gpus = gpus, .gpu_info = std::move(gpu_info), .tokens = std::move(token_names)});
   metrics.SetInsecureMode(!sandbox->settings.has_value());
   metrics.SetJobsInFlightLimit(config.max_in_flight_jobs());
   std::unique_ptr<kbox::BuildCache> build_cache;

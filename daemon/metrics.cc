@@ -36,6 +36,20 @@ std::string Lower(std::string s) {
   return s;
 }
 
+// The `status` label of every job status (kbox.v1.Status, lower case).
+const std::vector<std::string>& StatusLabels() {
+  static const std::vector<std::string> labels = [] {
+    std::vector<std::string> out;
+    for (int s = v1::Status_MIN; s <= v1::Status_MAX; ++s) {
+      if (v1::Status_IsValid(s) && s != v1::STATUS_UNSPECIFIED) {
+        out.push_back(Lower(v1::Status_Name(static_cast<v1::Status>(s))));
+      }
+    }
+    return out;
+  }();
+  return labels;
+}
+
 constexpr const char* kPhases[] = {"static", "compile", "queue_wait", "run", "total"};
 constexpr const char* kQueues[] = {"compile", "run_cpu", "run_gpu"};
 constexpr const char* kWorkers[] = {"harness", "zygote"};
@@ -286,18 +300,13 @@ Metrics::Metrics(const MetricLabelSets& sets)
         .Set(1);
   }
   for (const std::string& token : sets.tokens) {
-    for (int s = v1::Status_MIN; s <= v1::Status_MAX; ++s) {
-      if (!v1::Status_IsValid(s) || s == v1::STATUS_UNSPECIFIED) continue;
-      token_jobs_total_.Add({{"token", token}, {"status", Lower(v1::Status_Name(static_cast<v1::Status>(s)))}});
-    }
+    for (const std::string& status : StatusLabels()) token_jobs_total_.Add({{"token", token}, {"status", status}});
   }
   // Every series of the closed sets, at 0, so that rate() sees a job's
   // first increment and a dashboard finds every name from the first scrape.
   for (v1::Backend b : sets.backends) {
-    for (int s = v1::Status_MIN; s <= v1::Status_MAX; ++s) {
-      if (!v1::Status_IsValid(s) || s == v1::STATUS_UNSPECIFIED) continue;
-      jobs_total_.Add({{"backend", BackendLabel(b)},
-                       {"status", Lower(v1::Status_Name(static_cast<v1::Status>(s)))}});
+    for (const std::string& status : StatusLabels()) {
+      jobs_total_.Add({{"backend", BackendLabel(b)}, {"status", status}});
     }
     for (const char* phase : kPhases) {
       phase_seconds_.Add({{"backend", BackendLabel(b)}, {"phase", phase}}, PhaseBuckets());

@@ -28,6 +28,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 
@@ -332,8 +333,7 @@ def run_eval_dir(server, shared, out, report):
     generated candidate for each problem kbox-bench covers (the rest count as
     missing, as in a model's run): every candidate there must be CORRECT, and
     the summary, CSV and plot land in <out>/eval_dir."""
-    import kbox_bench_candidates
-    import tempfile
+    import kbox_bench_candidates  # beside this script; only this part needs it
     level1 = os.path.join(shared, "datasets", "kernelbench", "level1")
     run = tempfile.mkdtemp(prefix="kbox-eval-dir-")
     names = kbox_bench_candidates.write_run(os.path.join(run, "candidates"), "cuda", shared)

@@ -107,12 +107,17 @@ std::string DefaultServer() {
   return env && *env ? env : "http://127.0.0.1:8080";
 }
 
+std::string EnvOr(const char* name, const char* otherwise) {
+  const char* value = std::getenv(name);
+  return value != nullptr ? value : otherwise;
+}
+
 // Where and how every command reaches kboxd: the same options, the same
 // environment variables as the Python client.
 struct Connection {
   std::string server = DefaultServer();
   std::string token_file;
-  std::string ca_file = std::getenv("KBOX_CA_FILE") ? std::getenv("KBOX_CA_FILE") : "";
+  std::string ca_file = EnvOr("KBOX_CA_FILE", "");
   kbox::ServerUrl url;
   std::string token;
 
@@ -331,14 +336,15 @@ int Check(const std::vector<std::string>& args) {
   return response.rejected() ? kRejected : 0;
 }
 
-// Parses the options of a command that takes only the connection's and
-// `extra`; a usage error's exit status, or nullopt to go on.
+// Parses a command's options (`desc`, to which the connection's and --help
+// are added) and resolves the connection; the exit status when the command
+// ends here (a usage error, --help), else nullopt.
 std::optional<int> ParseSimple(const std::vector<std::string>& args, Connection& conn,
                                po::options_description& desc,
                                const po::positional_options_description& positional,
                                po::variables_map& vm, const std::string& usage) {
   conn.AddOptions(desc);
-  desc.add_options()("json", "print raw JSON")("help,h", "print this help");
+  desc.add_options()("help,h", "print this help");
   try {
     po::store(po::command_line_parser(args).options(desc).positional(positional).run(), vm);
     po::notify(vm);
@@ -368,6 +374,7 @@ int PrintJsonReply(const boost::system::result<kbox::HttpReply, kbox::ClientErro
 int Info(const std::vector<std::string>& args) {
   Connection conn;
   po::options_description desc("kbox info options");
+  desc.add_options()("json", "accepted for compatibility: the answer is always JSON");
   po::variables_map vm;
   if (auto done = ParseSimple(args, conn, desc, {}, vm, "usage: kbox info [--server URL]")) return *done;
   auto reply = conn.Call("GET", "/v1/info", "", "", kInfoTimeout);
