@@ -88,6 +88,7 @@ boost::system::result<v1::DaemonConfig, FieldError> ApplyConfigDefaults(v1::Daem
   if (c.default_anticheat_profile().empty()) c.set_default_anticheat_profile("strict");
   if (c.build_cache_dir().empty()) c.set_build_cache_dir(c.work_dir() + "/build-cache");
   if (!c.has_build_cache_max_bytes()) c.set_build_cache_max_bytes(20ull << 30);
+  if (!c.has_preforked_run_stage()) c.set_preforked_run_stage(true);
   if (!c.has_light_headers()) c.set_light_headers(true);
   if (!c.has_precompiled_header()) c.set_precompiled_header(true);
   if (!c.has_cuda_per_operator_headers()) c.set_cuda_per_operator_headers(true);
@@ -215,8 +216,6 @@ boost::system::result<CommandLine, FieldError> ParseCommandLine(int argc,
       "keep-job-dirs", "keep job directories after the result is sent")(
       "danger-insecure-no-sandbox",
       "run candidates WITHOUT the sandbox (development on hosts without namespaces only)")(
-      "preforked-run-stage",
-      "start run stages from a pre-forked zygote per device slot (docs/prefork.md)")(
       "preforked-compile-stage",
       "start compile stages from a pre-forked zygote per compile worker (docs/prefork.md)")(
       "no-light-headers",
@@ -303,7 +302,6 @@ boost::system::result<CommandLine, FieldError> ParseCommandLine(int argc,
   if (!tls_key_file.empty()) c.set_tls_key_file(std::filesystem::absolute(tls_key_file).string());
   if (vm.count("keep-job-dirs")) c.set_keep_job_dirs(true);
   if (vm.count("danger-insecure-no-sandbox")) c.set_danger_insecure_no_sandbox(true);
-  if (vm.count("preforked-run-stage")) c.set_preforked_run_stage(true);
   if (vm.count("preforked-compile-stage")) c.set_preforked_compile_stage(true);
   if (vm.count("no-light-headers")) c.set_light_headers(false);
   if (vm.count("no-precompiled-header")) c.set_precompiled_header(false);

@@ -247,14 +247,25 @@ void Evaluator::EnablePrefork() {
     metrics_.RecordZygoteEvent(slot, event);
   });
   if (config_.preforked_run_stage()) {
-    std::cerr << "kboxd: run stages start from a pre-forked zygote per device slot" << std::endl;
+    // Every GPU lane's first zygote now, so that no early job waits for a
+    // torch import; CPU lanes start theirs at their first stage. After that
+    // each stage's successor starts beside it (single use, docs/prefork.md).
+    std::vector<std::string> lanes;
+    for (uint32_t g : gpus_) {
+      for (uint32_t k = 0; k <= config_.run_stages_ahead(); ++k) {
+        lanes.push_back("gpu" + std::to_string(g) + (k == 0 ? "" : "." + std::to_string(k)));
+      }
+    }
+    runner_.PrestartZygotes(lanes, /*run_stages=*/true);
+    std::cerr << "kboxd: run stages start from single-use pre-forked zygotes, one per device lane"
+              << std::endl;
   }
   if (config_.preforked_compile_stage()) {
     // Started now, not at each worker's first build: otherwise the first
     // wave of builds would wait for as many torch imports at once.
     std::vector<std::string> slots;
     for (uint32_t i = 0; i < config_.compile_workers(); ++i) slots.push_back(CompileZygoteSlot(i));
-    runner_.PrestartZygotes(slots);
+    runner_.PrestartZygotes(slots, /*run_stages=*/false);
     std::cerr << "kboxd: compile stages start from a pre-forked zygote per compile worker"
               << std::endl;
   }

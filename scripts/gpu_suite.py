@@ -375,7 +375,7 @@ def main():
                              "KernelBench level 1; faults: the fault cases (with the honest jobs "
                              "they need); all: the three in that order")
     parser.add_argument("--kboxd-arg", action="append", default=[],
-                        help="a flag for kboxd (repeatable), e.g. --kboxd-arg=--preforked-run-stage")
+                        help="a flag for kboxd (repeatable), e.g. --kboxd-arg=--run-stages-ahead=2")
     args = parser.parse_args()
 
     work_dir = "/tmp/kbox-gpu-suite-%d" % os.getpid()

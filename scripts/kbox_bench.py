@@ -588,7 +588,7 @@ def main():
     p.add_argument("--seed", type=int, default=1, help="picks which candidates are resubmitted")
     p.add_argument("--out", default="", help="directory for summary.json and results.json")
     p.add_argument("--kboxd-arg", action="append", default=[],
-                   help="a flag for the kboxd it starts (repeatable), e.g. --kboxd-arg=--preforked-run-stage")
+                   help="a flag for the kboxd it starts (repeatable), e.g. --kboxd-arg=--run-stages-ahead=2")
     p.add_argument("--deadline", type=float, default=0,
                    help="seconds from the start: stop submitting and waiting then and print the summary "
                         "of what finished, marked PARTIAL, without the baseline (0: none)")

@@ -66,7 +66,9 @@ def parse_args(argv):
     p.add_argument("--kill-script", action="store_true",
                    help="instead of --kill-every: kill one process of each --kill-kinds kind, in "
                         "order, each as soon as one runs (short runs)")
-    p.add_argument("--preforked-run-stage", action="store_true")
+    p.add_argument("--fork-exec-run-stage", action="store_true",
+                   help="run stages by fork+exec (preforked_run_stage: false) instead of kboxd's "
+                        "single-use zygotes")
     p.add_argument("--infra-retries", type=int, default=None)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json-out", help="write the summary here")
@@ -340,7 +342,9 @@ def main(argv=None):
                      args.compile_time_limit))
         if args.infra_retries is not None:
             config += "infra_retries: %d\n" % args.infra_retries
-        flags = ["--preforked-run-stage"] if args.preforked_run_stage else []
+        if args.fork_exec_run_stage:
+            config += "preforked_run_stage: false\n"
+        flags = []
         # No start-up PCH build: --kill-script's "compiler" kill must find the
         # job's compiler, not the PCH builder's (docs/compile-speed.md).
         flags.append("--no-precompiled-header")

@@ -7,7 +7,7 @@ Targets (each found under kboxd's process tree in /proc):
   harness    kbox_stage.py: a compile stage, or a run stage's judge
   candidate  the candidate's process of a run stage (kbox_stage.py's child)
   compiler   cc1plus (or as/ld) under a compile stage
-  zygote     kbox_zygote.py, a pre-forked run-stage parent (--preforked-run-stage)
+  zygote     kbox_zygote.py, a pre-forked run-stage parent (kboxd's default)
 
 Needs permission to signal the sandbox's uid (root, or the same uid).
 """

@@ -263,7 +263,7 @@ StageOutcome StageRunner::RunSandboxed(const JobWorkspace& ws, v1::Stage stage,
   launcher.cwd = sandbox_->spec_dir.string();
   std::optional<ProcessOutcome> preforked;
   if (zygotes_ && !placement.zygote_slot.empty()) {
-    preforked = RunPreforked(placement.zygote_slot, spec_path, launcher);
+    preforked = RunPreforked(placement.zygote_slot, stage == v1::STAGE_RUN, spec_path, launcher);
   }
   // A zygote's run ends as kSpawnFailed only when the zygote itself failed.
   outcome.zygote_failed = preforked && preforked->end == ProcessOutcome::End::kSpawnFailed;
@@ -289,8 +289,8 @@ void StageRunner::EnablePrefork(const std::string& enter_library, ZygoteObserver
                      .observer = std::move(observer)});
 }
 
-void StageRunner::PrestartZygotes(const std::vector<std::string>& slots) {
-  if (zygotes_) zygotes_->Prestart(slots);
+void StageRunner::PrestartZygotes(const std::vector<std::string>& slots, bool run_stages) {
+  if (zygotes_) zygotes_->Prestart(slots, run_stages);
 }
 
 std::vector<std::string> StageRunner::ZygoteEnvironment() const {
@@ -316,10 +316,10 @@ std::vector<std::string> StageRunner::ZygoteEnvironment() const {
   return env;
 }
 
-std::optional<ProcessOutcome> StageRunner::RunPreforked(const std::string& slot,
+std::optional<ProcessOutcome> StageRunner::RunPreforked(const std::string& slot, bool single_use,
                                                         const std::string& spec_path,
                                                         const ProcessSpec& limits) const {
-  Zygote& zygote = zygotes_->For(slot);
+  Zygote& zygote = zygotes_->For(slot, single_use);
   if (auto error = zygote.Start()) {
     std::cerr << "kboxd: zygote for " << slot << " unavailable (" << *error
               << "); stages there fall back to fork+exec" << std::endl;

@@ -171,11 +171,13 @@ class StageRunner {
   // Starts stages with a zygote_slot through that slot's zygote
   // (docs/prefork.md) from now on; needs the sandbox. `enter_library` is
   // libkbox_sandbox_enter.so; `observer` (may be empty) hears every zygote's
-  // starts and deaths. Stages without a zygote_slot stay fork+exec.
+  // starts and deaths. Stages without a zygote_slot stay fork+exec. A run
+  // stage's zygote is single use (a fresh one per stage, started beside the
+  // stage before); a compile worker's serves every build of its slot.
   void EnablePrefork(const std::string& enter_library, ZygoteObserver observer = {});
   // Starts the zygotes of `slots` now, in the background (after
-  // EnablePrefork; otherwise nothing).
-  void PrestartZygotes(const std::vector<std::string>& slots);
+  // EnablePrefork; otherwise nothing): run stages' slots when `run_stages`.
+  void PrestartZygotes(const std::vector<std::string>& slots, bool run_stages);
   // The environment a zygote starts with: the stage's clean environment,
   // one thread for every library that would start a pool at import, and no
   // GPU; nothing of any job.
@@ -201,9 +203,11 @@ class StageRunner {
                                              const std::filesystem::path& extensions,
                                              const std::filesystem::path& triton) const;
 
-  // Runs the sandboxed stage of `spec_path` through the slot's zygote;
-  // nullopt when the zygote cannot start (the caller falls back to fork+exec).
-  std::optional<ProcessOutcome> RunPreforked(const std::string& slot, const std::string& spec_path,
+  // Runs the sandboxed stage of `spec_path` through the slot's zygote
+  // (`single_use`: ZygoteSettings::single_use); nullopt when the zygote
+  // cannot start (the caller falls back to fork+exec).
+  std::optional<ProcessOutcome> RunPreforked(const std::string& slot, bool single_use,
+                                             const std::string& spec_path,
                                              const ProcessSpec& limits) const;
 
   HarnessSettings settings_;

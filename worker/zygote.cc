@@ -8,9 +8,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 
 #include "worker/process_supervision.h"
 #include "worker/sandbox/fd_passing.h"
@@ -24,6 +26,8 @@ constexpr int kZygoteSocketFd = 3;  // Where the zygote finds its end of the soc
 // How long a healthy zygote takes to fork and answer with the child's pid.
 constexpr auto kForkReplyTimeout = std::chrono::milliseconds(30'000);
 constexpr size_t kMaxMessage = 4096;
+// How often a wait for the zygote looks whether this object is going away.
+constexpr auto kStopCheck = std::chrono::milliseconds(100);
 
 // Between fork and exec: async-signal-safe calls only.
 [[noreturn]] void ExecZygote(char* const* argv, char* const* envp, int socket_fd, pid_t parent) {
@@ -41,8 +45,35 @@ constexpr size_t kMaxMessage = 4096;
 }  // namespace
 
 Zygote::~Zygote() {
+  // A start in progress notices within kStopCheck (Receive); the lock is
+  // taken once so that the starter is either waiting (and woken) or sees it.
+  stopping_ = true;
+  { std::lock_guard lock(mu_); }
+  start_cv_.notify_all();
+  if (starter_.joinable()) starter_.join();
   std::lock_guard lock(mu_);
   StopLocked();
+}
+
+void Zygote::StartInBackground() {
+  std::lock_guard lock(mu_);
+  RequestStartLocked();
+}
+
+void Zygote::RequestStartLocked() {
+  start_wanted_ = true;
+  if (!starter_.joinable()) starter_ = std::thread([this] { StarterLoop(); });
+  start_cv_.notify_one();
+}
+
+void Zygote::StarterLoop() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    start_cv_.wait(lock, [this] { return stopping_ || start_wanted_; });
+    if (stopping_) return;
+    start_wanted_ = false;
+    (void)StartLocked();  // A failure is kept in start_error_ for the next Run.
+  }
 }
 
 pid_t Zygote::pid() const {
@@ -99,7 +130,9 @@ std::optional<std::string> Zygote::StartLocked() {
                                          "--socket-fd", std::to_string(kZygoteSocketFd),
                                          "--enter-lib", settings_.enter_library};
   const auto argv = CStrings(args);
-  const auto envp = CStrings(settings_.env);
+  std::vector<std::string> env = settings_.env;
+  if (stage_threads_ > 0) env.push_back("KBOX_STAGE_THREADS=" + std::to_string(stage_threads_));
+  const auto envp = CStrings(env);
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) return std::string("fork: ") + std::strerror(errno);
@@ -107,15 +140,20 @@ std::optional<std::string> Zygote::StartLocked() {
   theirs.reset();
   pid_ = pid;
   socket_ = std::move(ours);
-  const auto ready = Receive(settings_.start_timeout);
+  const auto ready = Receive(socket_, settings_.start_timeout);
   if (!ready || !ready->starts_with("ready ")) {
     StopLocked();
+    if (stopping_) return std::string("kboxd is stopping the zygote");
     start_error_ = "the zygote exited or did not report ready within " +
                    std::to_string(settings_.start_timeout.count()) +
                    " ms (its stderr is in kboxd's log)";
     start_failed_at_ = Clock::now();
     Notify(ZygoteEvent::kStartFailed);
     return start_error_;
+  }
+  int threads = 0;
+  if (std::sscanf(ready->c_str(), "ready %*d %d", &threads) == 1 && threads > 0) {
+    stage_threads_ = threads;
   }
   start_error_.clear();
   Notify(ZygoteEvent::kStarted);
@@ -124,25 +162,27 @@ std::optional<std::string> Zygote::StartLocked() {
   return std::nullopt;
 }
 
-std::optional<std::string> Zygote::Receive(std::chrono::milliseconds timeout) {
-  pollfd p{socket_.get(), POLLIN, 0};
+std::optional<std::string> Zygote::Receive(const Fd& socket,
+                                           std::chrono::milliseconds timeout) const {
+  pollfd p{socket.get(), POLLIN, 0};
   const auto deadline = Clock::now() + timeout;
   for (;;) {
+    if (stopping_) return std::nullopt;
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) return std::nullopt;
-    const int n = ::poll(&p, 1, static_cast<int>(left.count()));
+    const int n = ::poll(&p, 1, static_cast<int>(std::min(left, kStopCheck).count()));
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return std::nullopt;
-    break;
+    if (n < 0) return std::nullopt;
+    if (n > 0) break;
   }
   char buffer[kMaxMessage];
-  const ssize_t got = ::recv(socket_.get(), buffer, sizeof buffer, MSG_DONTWAIT);
+  const ssize_t got = ::recv(socket.get(), buffer, sizeof buffer, MSG_DONTWAIT);
   if (got <= 0) return std::nullopt;
   return std::string(buffer, static_cast<size_t>(got));
 }
 
-bool Zygote::ReadExit(pid_t child, ProcessOutcome& out) {
-  const auto message = Receive(kReapGrace);
+bool Zygote::ReadExit(const Fd& socket, pid_t child, ProcessOutcome& out) const {
+  const auto message = Receive(socket, kReapGrace);
   if (!message) return false;
   long pid = 0;
   int status = 0;
@@ -158,7 +198,7 @@ bool Zygote::ReadExit(pid_t child, ProcessOutcome& out) {
 
 std::optional<ProcessOutcome> Zygote::Run(const std::string& sandbox_spec,
                                           const ProcessSpec& limits) {
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
   const auto start = Clock::now();
   if (StartLocked()) return std::nullopt;
   ProcessOutcome out;
@@ -178,7 +218,7 @@ std::optional<ProcessOutcome> Zygote::Run(const std::string& sandbox_spec,
   const bool sent = sandbox::SendFds(socket_.get(), fds, request);
   output_w.reset();
   result_w.reset();
-  const auto reply = sent ? Receive(kForkReplyTimeout) : std::nullopt;
+  const auto reply = sent ? Receive(socket_, kForkReplyTimeout) : std::nullopt;
   long child = 0;
   if (!reply || std::sscanf(reply->c_str(), "pid %ld", &child) != 1 || child <= 0) {
     out.spawn_error = "the zygote (pid " + std::to_string(pid_) + ") did not fork the stage: " +
@@ -186,67 +226,78 @@ std::optional<ProcessOutcome> Zygote::Run(const std::string& sandbox_spec,
     StopLocked();
     died_ = true;
     Notify(ZygoteEvent::kDied);
+    if (settings_.single_use) RequestStartLocked();
     return out;
   }
-  const pid_t group = static_cast<pid_t>(child);
-  last_child_ = group;
-  bool zygote_failed = false;
   // The child's pid is the job's process group (the zygote set it before
   // answering), which the sandbox's launcher, init and program all belong to.
-  const MainProcess main{.ended_fd = socket_.get(),
+  const pid_t group = static_cast<pid_t>(child);
+  last_child_ = group;
+  pid_t zygote = pid_;
+  Fd socket;
+  if (settings_.single_use) {
+    // This zygote serves this stage alone: it leaves the slot, and its
+    // successor imports beside the stage, outside the lock.
+    socket = std::move(socket_);
+    pid_ = -1;
+    RequestStartLocked();
+    lock.unlock();
+  }
+  const Fd& channel = settings_.single_use ? socket : socket_;
+  const bool zygote_failed =
+      Supervise(channel, group, limits, start, std::move(output_r), std::move(result_r), out);
+  if (settings_.single_use) {
+    socket.reset();
+    ::kill(zygote, SIGKILL);
+    ::waitpid(zygote, nullptr, 0);
+    lock.lock();
+  } else if (zygote_failed) {
+    StopLocked();
+    died_ = true;
+  }
+  if (zygote_failed) {
+    Notify(ZygoteEvent::kDied);
+    out.spawn_error = "the zygote (pid " + std::to_string(zygote) +
+                      ") died or broke its protocol during the stage; " +
+                      (settings_.single_use ? "a fresh one serves the next" : "it will be restarted");
+  }
+  out.wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  return out;
+}
+
+bool Zygote::Supervise(const Fd& socket, pid_t group, const ProcessSpec& limits,
+                       Clock::time_point start, Fd output_r, Fd result_r,
+                       ProcessOutcome& out) const {
+  bool zygote_failed = false;
+  const MainProcess main{.ended_fd = socket.get(),
                          .reap = [&](ProcessOutcome& o) {
-                           if (!ReadExit(group, o)) zygote_failed = true;
+                           if (!ReadExit(socket, group, o)) zygote_failed = true;
                          },
                          .kill_group = [group] { ::kill(-group, SIGKILL); },
                          .group = group};
   SuperviseProcess(limits, start, std::move(output_r), std::move(result_r), main, out);
   if (zygote_failed) {
     ::kill(-group, SIGKILL);
-    const pid_t dead = pid_;
-    StopLocked();
-    died_ = true;
-    Notify(ZygoteEvent::kDied);
     // Nothing it reported counts: not the status, not the result channel.
     ProcessOutcome failed;
     failed.output_tail = std::move(out.output_tail);
     failed.output_bytes = out.output_bytes;
     out = std::move(failed);
-    out.spawn_error = "the zygote (pid " + std::to_string(dead) +
-                      ") died or broke its protocol during the stage; it will be restarted";
   }
-  out.wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-  return out;
+  return zygote_failed;
 }
 
-ZygotePool::~ZygotePool() {
-  {
-    std::lock_guard lock(mu_);
-    stopping_ = true;
-  }
-  stopping_cv_.notify_all();
-  for (auto& t : prestarts_) t.join();
+void ZygotePool::Prestart(const std::vector<std::string>& slots, bool single_use) {
+  for (const auto& slot : slots) For(slot, single_use).StartInBackground();
 }
 
-void ZygotePool::Prestart(const std::vector<std::string>& slots) {
-  for (const auto& slot : slots) {
-    Zygote& zygote = For(slot);
-    std::lock_guard lock(mu_);
-    prestarts_.emplace_back([this, &zygote] {
-      (void)zygote.Start();
-      // A zygote dies with the *thread* that started it (PR_SET_PDEATHSIG
-      // follows the parent thread), so this one lives as long as the pool.
-      std::unique_lock until(mu_);
-      stopping_cv_.wait(until, [this] { return stopping_; });
-    });
-  }
-}
-
-Zygote& ZygotePool::For(const std::string& slot) {
+Zygote& ZygotePool::For(const std::string& slot, bool single_use) {
   std::lock_guard lock(mu_);
   auto& zygote = zygotes_[slot];
   if (!zygote) {
     ZygoteSettings settings = settings_;
     settings.slot = slot;
+    settings.single_use = single_use;
     zygote = std::make_unique<Zygote>(std::move(settings));
   }
   return *zygote;

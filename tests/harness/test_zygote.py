@@ -44,3 +44,27 @@ def test_stage_arguments_come_from_the_specs_argv():
         raise AssertionError("a spec that does not run kbox_stage.py was accepted")
     except kbox_zygote.ZygoteError:
         pass
+
+
+# A zygote's child defers torch's thread count (stage.defer_threads) until each
+# of its processes has taken its boundary steps, which refuse a second thread
+# (boundary.settle_judge): torch.set_num_threads starts its pool at once on
+# PyTorch 2.x, and a judge holding 32 threads failed every GPU job.
+_DEFER = r"""
+import os, sys
+sys.path.insert(0, sys.argv[1])
+import torch
+from kbox_harness import stage
+stage.defer_threads(3)
+print(torch.get_num_threads(), len(os.listdir("/proc/self/task")))
+stage.apply_deferred_threads()
+print(torch.get_num_threads())
+"""
+
+
+def test_the_stage_thread_count_waits_for_the_boundary():
+    env = {"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-s", "-B", "-c", _DEFER, HARNESS], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["1 1", "3"], out.stdout

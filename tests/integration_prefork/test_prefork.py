@@ -1,7 +1,8 @@
-"""Pre-forked run stages (docs/prefork.md) end to end: a real kboxd with
---preforked-run-stage, the bundled example and two shared escape cases through
-its zygote, then the same example through a kboxd without the flag (sharing
-the build cache, so nothing compiles twice) to print both run-stage figures.
+"""Pre-forked run stages (docs/prefork.md) end to end: a real kboxd with its
+defaults (single-use zygotes), the bundled example and two shared escape cases
+through its zygotes, then the same example through a kboxd with
+`preforked_run_stage: false` (sharing the build cache, so nothing compiles
+twice) to print both run-stage figures.
 
 Its own session and daemons: tests/integration's autouse job table would
 submit dozens of unrelated jobs."""
@@ -40,12 +41,12 @@ ESCAPES = {"esc_ptrace_parent_cpu": {"SANDBOX_VIOLATION"},
 
 
 class Kboxd(object):
-    def __init__(self, root, name, flags):
+    def __init__(self, root, name, flags, extra_config=""):
         self.work_dir = os.path.join(root, name)
         os.makedirs(self.work_dir)
         config = os.path.join(self.work_dir, "kbox.textproto")
         with open(config, "w") as f:
-            f.write(CONFIG % os.path.join(root, "build-cache"))
+            f.write(CONFIG % os.path.join(root, "build-cache") + extra_config)
         self.stderr_path = os.path.join(self.work_dir, "kboxd.stderr")
         with open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(
@@ -134,8 +135,8 @@ def runs():
     root = tempfile.mkdtemp(prefix="kbox-prefork-it-")
     out = {}
     try:
-        pre = Kboxd(root, "prefork", ["--preforked-run-stage"])
-        # The first job builds the example and starts the slot's zygote.
+        pre = Kboxd(root, "prefork", [])
+        # The first job builds the example and starts its lane's zygote.
         out["example_first"] = pre.evaluate("example-1", example("reference.py"),
                                             example("candidate.py"), measure_performance=False)
         zygotes_after_first = pre.zygotes()
@@ -163,7 +164,7 @@ def runs():
         out["zygotes_after_kill"] = pre.zygotes()
         out["prefork_rc"] = pre.stop()
         out["prefork_log"] = pre.stderr()
-        plain = Kboxd(root, "plain", [])
+        plain = Kboxd(root, "plain", [], "preforked_run_stage: false\n")
         out["example_exec"] = plain.evaluate("example-3", example("reference.py"),
                                              example("candidate.py"), measure_performance=False)
         out["exec_rc"] = plain.stop()
@@ -177,15 +178,18 @@ def test_example_is_correct_through_the_zygote(runs):
         r = runs[key]
         assert r["status"] == "CORRECT" and r["rewardable"] is True, it.describe(r)
     log = runs["prefork_log"]
-    assert "run stages start from a pre-forked zygote" in log, log
+    assert "run stages start from single-use pre-forked zygotes" in log, log
     assert "fall back to fork+exec" not in log, log
     assert runs["prefork_rc"] == 0
 
 
-def test_one_zygote_served_every_job(runs):
+def test_every_job_had_a_zygote_of_its_own(runs):
+    # Jobs one after another use the CPU slot's first lane. After each, the
+    # zygote that forked it is gone and one successor waits: no zygote ever
+    # forks two jobs (docs/prefork.md, "single use").
     first, last = runs["zygotes"]
-    assert len(first) == 1, runs["zygotes"]  # one CPU run slot: one zygote
-    assert first == last, "the zygote was replaced: %s" % (runs["zygotes"],)
+    assert len(first) == 1 and len(last) == 1, runs["zygotes"]
+    assert first != last, "one zygote forked several jobs: %s" % (runs["zygotes"],)
 
 
 def test_killed_zygote_is_restarted_and_counted(runs):
@@ -228,8 +232,8 @@ def test_prints_run_stage_figures_against_fork_exec(runs):
 
 
 def test_compile_stages_fork_from_a_zygote_per_compile_worker():
-    # --preforked-compile-stage alone: each compile worker slot gets a zygote
-    # ("compileN"), run stages stay fork+exec. An honest build is judged as
+    # --preforked-compile-stage: each compile worker slot gets a zygote
+    # ("compileN") that serves all its builds. An honest build is judged as
     # through fork+exec, and the compile-time escape that echoes a host file
     # through the compiler's diagnostics leaks nothing through the zygote's
     # child either (the same sandbox, entered in the child).
@@ -256,10 +260,10 @@ def test_compile_stages_fork_from_a_zygote_per_compile_worker():
         first_line = f.readline().strip()
     assert first_line and first_line not in json.dumps(leak), "host /etc/passwd leaked"
     assert "compile stages start from a pre-forked zygote" in log, log
-    assert "run stages start from a pre-forked zygote" not in log, log
     assert "fall back to fork+exec" not in log, log
-    # A zygote per compile worker, started with kboxd; none for run stages.
-    assert len(zygotes) == info["compile_workers"], (zygotes, info)
+    # A zygote per compile worker, started with kboxd, and the run lane's
+    # successor of the two jobs' zygotes.
+    assert len(zygotes) == info["compile_workers"] + 1, (zygotes, info)
     assert metrics.total("kbox_zygote_start_failures_total") == 0
     assert metrics.value("kbox_zygote_restarts_total", device="compile") == 0
     assert rc == 0

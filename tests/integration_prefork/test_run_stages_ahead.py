@@ -77,10 +77,15 @@ def evaluate(port, request_id, reference, candidate, measure_performance, trials
     return reply.json()
 
 
+def config_for(mode):
+    """The module's config, run stages by fork+exec or (kboxd's default)
+    forked from single-use zygotes."""
+    return CONFIG + ("preforked_run_stage: false\n" if mode == "fork_exec" else "")
+
+
 @pytest.mark.parametrize("mode", ["fork_exec", "prefork"])
 def test_second_job_sets_up_during_the_first_and_loads_after_it(mode):
-    flags = ["--preforked-run-stage"] if mode == "prefork" else []
-    with it.own_kboxd("kbox-ahead-it-", CONFIG, flags) as (_, port, _):
+    with it.own_kboxd("kbox-ahead-it-", config_for(mode), []) as (_, port, _):
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
             results = list(pool.map(
                 lambda name: evaluate(port, "ahead-%s-%s" % (mode, name), REFERENCE, CANDIDATE, False),
@@ -124,8 +129,7 @@ raise RuntimeError("this reference never imports")
 def test_set_up_failing_before_the_turn_runs_the_stage_again(mode):
     # set_up_again: kboxd runs the stage again in the same workspace, holding
     # the turn (its spec file replaced), and the job gets its true verdict.
-    flags = ["--preforked-run-stage"] if mode == "prefork" else []
-    with it.own_kboxd("kbox-ahead-again-it-", CONFIG, flags) as (_, port, _):
+    with it.own_kboxd("kbox-ahead-again-it-", config_for(mode), []) as (_, port, _):
         result = evaluate(port, "ahead-again-%s" % mode, REFERENCE_FAILING_ONCE, CANDIDATE, False,
                           trials=1)
         assert result["status"] == "CORRECT", it.describe(result)
@@ -188,7 +192,7 @@ def test_the_holders_quiet_pauses_a_stage_still_setting_up():
     # up ahead, is still importing its slow reference: b's stage is stopped
     # (SIGSTOP, every thread confirmed) and a times at once, without waiting
     # for b's set-up (over 5 s here). Both get their verdicts.
-    with it.own_kboxd("kbox-ahead-pause-it-", CONFIG, ["--preforked-run-stage"]) as (_, port, _):
+    with it.own_kboxd("kbox-ahead-pause-it-", CONFIG, []) as (_, port, _):
         def evaluate_after(delay, name, reference):
             time.sleep(delay)
             return evaluate(port, "ahead-pause-" + name, reference, FAST_CANDIDATE, True)

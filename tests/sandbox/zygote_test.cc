@@ -12,11 +12,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -102,12 +104,16 @@ class ZygoteTest : public ::testing::Test {
         << "{\"stage\": \"STAGE_RUN\", \"backend\": \"BACKEND_CUDA\", "
            "\"candidate_path\": \"/nonexistent/candidate.py\", "
            "\"reference_path\": \"/nonexistent/reference.py\"}\n";
-    zygote_ = std::make_unique<Zygote>(ZygoteSettings{
-        .python = paths_.python,
-        .script = paths_.harness + "/kbox_zygote.py",
-        .enter_library = paths_.enter_library,
-        .env = {"PATH=/usr/bin:/bin", "OMP_NUM_THREADS=1", "MKL_NUM_THREADS=1",
-                "PYTORCH_NVML_BASED_CUDA_CHECK=1", "CUDA_VISIBLE_DEVICES="}});
+    zygote_ = std::make_unique<Zygote>(Settings());
+  }
+
+  ZygoteSettings Settings(bool single_use = false) const {
+    return ZygoteSettings{.python = paths_.python,
+                          .script = paths_.harness + "/kbox_zygote.py",
+                          .enter_library = paths_.enter_library,
+                          .env = {"PATH=/usr/bin:/bin", "OMP_NUM_THREADS=1", "MKL_NUM_THREADS=1",
+                                  "PYTORCH_NVML_BASED_CUDA_CHECK=1", "CUDA_VISIBLE_DEVICES="},
+                          .single_use = single_use};
   }
   void TearDown() override {
     zygote_.reset();
@@ -245,6 +251,62 @@ TEST_F(ZygoteTest, PrestartedZygotesAreReadyBeforeTheFirstStage) {
   EXPECT_EQ(zygote.pid(), started) << "the first stage started a zygote of its own";
   std::lock_guard lock(events_mu);
   EXPECT_EQ(events.size(), 2u);
+}
+
+// Waits until `zygote` has an idle zygote ready (a background start); its pid.
+pid_t WaitForIdleZygote(const Zygote& zygote) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(180);
+  while (zygote.pid() <= 0) {
+    if (std::chrono::steady_clock::now() > deadline) return -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return zygote.pid();
+}
+
+bool Alive(pid_t pid) { return ::kill(pid, 0) == 0 || errno != ESRCH; }
+
+// A run stage's zygote is single use: it forks one stage and is gone once
+// that stage has ended, and its successor was started beside the stage, so
+// no two stages are children of one zygote (each has an image and an ASLR
+// layout of its own). The successor is told the stage thread count the first
+// measured instead of starting a second interpreter to measure it.
+TEST_F(ZygoteTest, SingleUseZygoteForksOneStageAndItsSuccessorTheNext) {
+  Zygote zygote(Settings(/*single_use=*/true));
+  zygote.StartInBackground();
+  const pid_t first = WaitForIdleZygote(zygote);
+  ASSERT_GT(first, 0) << "the background start never finished";
+  ProcessSpec limits;
+  limits.wall_limit = std::chrono::seconds(60);
+  const auto one = zygote.Run(WriteSpec("bogus_stage.json"), limits);
+  ASSERT_TRUE(one.has_value());
+  ExpectReport(*one);
+  const pid_t first_child = zygote.last_child();
+  EXPECT_FALSE(Alive(first)) << "the zygote that forked a stage outlived it";
+  EXPECT_TRUE(GroupGone(first_child));
+  const pid_t second = WaitForIdleZygote(zygote);
+  ASSERT_GT(second, 0) << "no successor was started";
+  EXPECT_NE(second, first);
+  EXPECT_EQ(ThreadCount(second), 1);
+  std::ifstream environ("/proc/" + std::to_string(second) + "/environ");
+  const std::string env((std::istreambuf_iterator<char>(environ)), std::istreambuf_iterator<char>());
+  EXPECT_NE(env.find("KBOX_STAGE_THREADS="), std::string::npos) << "the successor measured again";
+  const auto two = zygote.Run(WriteSpec("bogus_stage.json"), limits);
+  ASSERT_TRUE(two.has_value());
+  ExpectReport(*two);
+  EXPECT_NE(zygote.last_child(), first_child);
+  EXPECT_FALSE(Alive(second));
+}
+
+// A single-use zygote going away mid-start (kboxd's shutdown) ends the start
+// at once rather than after the start timeout.
+TEST_F(ZygoteTest, DestroyingASingleUseZygoteEndsItsStartAtOnce) {
+  const auto begin = std::chrono::steady_clock::now();
+  {
+    Zygote zygote(Settings(/*single_use=*/true));
+    zygote.StartInBackground();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - begin, std::chrono::seconds(5));
 }
 
 // The wall-clock limit holds for a zygote's child as for fork+exec: the job's

@@ -5,19 +5,21 @@ Usage: python3 -s -B kbox_zygote.py --socket-fd N --enter-lib PATH
 
 kboxd starts it as root on the host, like kbox-sandbox, with the stage's clean
 environment and single-thread settings. It imports PyTorch and the harness
-once, never initialises CUDA, and forks one fresh child per stage. The child
-enters the sandbox itself (libkbox_sandbox_enter.so) and then runs the same
-entry point as kbox_stage.py, whichever stage its spec names. The zygote itself
-never runs candidate or reference code and holds nothing job-specific.
+before any job, never initialises CUDA, and forks a fresh child per stage. The
+child enters the sandbox itself (libkbox_sandbox_enter.so) and then runs the
+same entry point as kbox_stage.py, whichever stage its spec names. The zygote
+itself never runs candidate or reference code and holds nothing job-specific.
 
-What this weakens, and why it is behind flags (preforked_run_stage,
-preforked_compile_stage, off by default): every job's program is a copy of
-this process, so all jobs share its memory image and ASLR layout (threat-model
-row S18, docs/prefork.md). Hence nothing of any job may ever reach this
-process but the per-request spec path and two pipe descriptors.
+A run stage's zygote forks one child only: kboxd kills it when that stage
+ends and has started its successor beside the stage, so no two jobs share a
+memory image or an ASLR layout (docs/prefork.md). A compile worker's zygote
+(preforked_compile_stage, off by default) forks one child per build: all its
+builds share its image and layout (threat-model row S18), which is what that
+flag weakens. Either way nothing of any job may ever reach this process but
+the per-request spec path and two pipe descriptors.
 
 Protocol on the inherited AF_UNIX SOCK_SEQPACKET socket (one job at a time):
-  zygote -> kboxd  b"ready <pid>"                 once, after the imports
+  zygote -> kboxd  b"ready <pid> <stage threads>"  once, after the imports
   kboxd -> zygote  b"fork <sandbox spec path>"    + SCM_RIGHTS [output_w, result_w]
   zygote -> kboxd  b"pid <child pid>"  or  b"error <message>"
   zygote -> kboxd  b"exit <child pid> <wait status> <cpu ms>"   when it ends
@@ -52,7 +54,12 @@ def _start_thread_probe():
                             env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
 
 
-_thread_probe = _start_thread_probe() if __name__ == "__main__" else None
+# kboxd passes the figure an earlier zygote of the slot reported (a property
+# of the host's cores and torch, the same for every zygote), so that a
+# single-use zygote per run stage costs one torch import, not two.
+_STAGE_THREADS_ENV = "KBOX_STAGE_THREADS"
+_thread_probe = (_start_thread_probe()
+                 if __name__ == "__main__" and not os.environ.get(_STAGE_THREADS_ENV) else None)
 
 import numpy  # noqa: E402,F401  (in the shared image: every run stage uses it)
 import torch  # noqa: E402
@@ -145,8 +152,9 @@ def _child(lib, libc, zygote, spec_path, output_w, result_w, sock, stage_threads
         # The sandboxed program process from here on. OMP_NUM_THREADS=1 only
         # kept the zygote single-threaded; the stage gets torch's usual default
         # (libgomp read the variable once, at the zygote's import, so the
-        # spec's environment could not change it anyway).
-        torch.set_num_threads(stage_threads)
+        # spec's environment could not change it anyway), each process once
+        # its boundary steps, which need one thread, are taken.
+        stage.defer_threads(stage_threads)
         sys.argv = [_STAGE_SCRIPT] + args
         stage.main(args)  # Ends with os._exit(0) after its report.
     except BaseException:
@@ -182,6 +190,23 @@ def _serve_one(lib, libc, sock, message, fds, stage_threads):
     sock.send(b"exit %d %d %.3f" % (pid, status, cpu_ms))
 
 
+def _stage_threads():
+    """torch.get_num_threads() of a fresh interpreter: kboxd's figure, or the probe's."""
+    if _thread_probe is None:
+        try:
+            threads = int(os.environ.get(_STAGE_THREADS_ENV, ""))
+        except ValueError:
+            threads = 0
+        if threads <= 0:
+            raise ZygoteError("%s is not a positive thread count" % _STAGE_THREADS_ENV)
+        return threads
+    probe_out, _ = _thread_probe.communicate(timeout=600)
+    try:
+        return int(probe_out.decode().strip())
+    except ValueError:
+        raise ZygoteError("the thread-count probe failed (exit %s)" % _thread_probe.returncode)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description="kbox pre-forked stage parent")
     parser.add_argument("--socket-fd", type=int, required=True)
@@ -198,13 +223,9 @@ def main(argv=None):
                                               ctypes.c_size_t]
     lib.kbox_sandbox_spec_strings.restype = ctypes.c_long
     sock = socket.socket(fileno=args.socket_fd)
-    probe_out, _ = _thread_probe.communicate(timeout=600)
-    try:
-        stage_threads = int(probe_out.decode().strip())
-    except ValueError:
-        raise ZygoteError("the thread-count probe failed (exit %s)" % _thread_probe.returncode)
+    stage_threads = _stage_threads()
     check_forkable()
-    sock.send(b"ready %d" % os.getpid())
+    sock.send(b"ready %d %d" % (os.getpid(), stage_threads))
     while True:
         message, fds, _, _ = socket.recv_fds(sock, 4096, 2)
         if not message:

@@ -453,18 +453,19 @@ TEST(ConfigLoaderTest, CudaPerOperatorHeadersAreOnUnlessTurnedOff) {
   EXPECT_FALSE(config->cuda_per_operator_headers());
 }
 
-// Pre-forked run stages share the zygote's memory image and ASLR layout
-// between jobs (docs/prefork.md): never on unless asked for.
-TEST(ConfigLoaderTest, PreforkedRunStageIsOffUnlessAsked) {
-  const auto plain = Parse({});
-  ASSERT_TRUE(plain);
-  EXPECT_FALSE(plain->config.preforked_run_stage());
-  const auto flag = Parse({"--preforked-run-stage"});
-  ASSERT_TRUE(flag);
-  EXPECT_TRUE(flag->config.preforked_run_stage());
-  const auto text = ParseConfigText("preforked_run_stage: true\n");
+// Run stages' zygotes are single use (docs/prefork.md): no job shares
+// another's image or layout, so they are on by default; the config can turn
+// them off, and the flag that once turned them on is gone.
+TEST(ConfigLoaderTest, PreforkedRunStageIsOnByDefault) {
+  auto config = ApplyConfigDefaults(v1::DaemonConfig(), 4);
+  ASSERT_TRUE(config);
+  EXPECT_TRUE(config->preforked_run_stage());
+  const auto text = ParseConfigText("preforked_run_stage: false\n");
   ASSERT_TRUE(text);
-  EXPECT_TRUE(text->preforked_run_stage());
+  auto off = ApplyConfigDefaults(*text, 4);
+  ASSERT_TRUE(off);
+  EXPECT_FALSE(off->preforked_run_stage());
+  EXPECT_FALSE(Parse({"--preforked-run-stage"}));
 }
 
 TEST(ConfigLoaderTest, UnknownFlagIsError) {
@@ -558,7 +559,7 @@ TEST(ConfigLoaderTest, PreforkedCompileStageIsItsOwnFlag) {
   const auto flag = Parse({"--preforked-compile-stage"});
   ASSERT_TRUE(flag) << flag.error().message;
   EXPECT_TRUE(flag->config.preforked_compile_stage());
-  EXPECT_FALSE(flag->config.preforked_run_stage());
+  EXPECT_FALSE(flag->config.has_preforked_run_stage());
 }
 
 }  // namespace

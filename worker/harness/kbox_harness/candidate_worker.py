@@ -38,7 +38,7 @@ import torch
 
 from . import (audit, boundary, candidate_import, channel, crossing, dynamic_checks, errors,
                exchange, extension_hook, inputs, launch_probe, modules, protocol, sanitize,
-               strict_filter, timing)
+               stage, strict_filter, timing)
 
 _PR_SET_PDEATHSIG = 1
 _DTYPES = {"PRECISION_FP16": torch.float16, "PRECISION_BF16": torch.bfloat16}
@@ -467,6 +467,7 @@ def child_main(cmd_fd, reply_fd, audit_fd, close_fds, arena=None, in_arena=None,
             os.write(2, ("kbox: the candidate's process could not take its boundary: %s\n"
                          % errors.one_line(str(e))).encode("utf-8", "replace"))
             os._exit(_BOUNDARY_FAILED)
+        stage.apply_deferred_threads()
         if spec_boundary is None:
             _die_with_parent()
         os.set_blocking(audit_fd, False)

@@ -21,7 +21,7 @@ import torch
 
 from . import (boundary, candidate_worker, channel, compare, crossing, dynamic_checks, errors,
                exchange, fingerprint, inputs, modules, native_check, sanitize, strict_filter, timing)
-from . import candidate_import, judge_cached_timing, judge_timing, judging, rounding
+from . import candidate_import, judge_cached_timing, judge_timing, judging, rounding, stage
 from .protocol import CANDIDATE, HARNESS, REFERENCE
 
 _DTYPES = {"PRECISION_FP16": torch.float16, "PRECISION_BF16": torch.bfloat16}
@@ -355,6 +355,7 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         # The judge's own side of the boundary (docs/judge-boundary.md):
         # CAP_KILL alone from here, before anything of the job is read.
         boundary.settle_judge(spec_boundary)
+        stage.apply_deferred_threads()
         self.cgroup = boundary.candidate_cgroup(spec_boundary)
         self._timed("fork_candidate", t0)
         try:

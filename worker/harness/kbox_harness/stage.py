@@ -5,6 +5,26 @@ import sys
 
 from . import errors, protocol, sanitize
 
+# A stage forked from a zygote (kbox_zygote.py) inherits libgomp's one
+# thread; it gets torch's usual count, as an exec'd stage does, but only
+# once its processes have taken their boundary steps (boundary.py): those
+# need a single thread, and torch.set_num_threads starts the pool at once.
+_deferred_threads = None
+
+
+def defer_threads(count):
+    """Called by the zygote's child before main(): the count to apply."""
+    global _deferred_threads
+    _deferred_threads = count
+
+
+def apply_deferred_threads():
+    """Applies defer_threads' count in this process (the judge, the
+    candidate's process, a compile stage); nothing for an exec'd stage."""
+    if _deferred_threads:
+        import torch
+        torch.set_num_threads(_deferred_threads)
+
 
 def _harness_failed(exc, phase, spec):
     max_bytes = spec.max_log_bytes if spec else protocol.DEFAULT_MAX_LOG_BYTES
@@ -39,6 +59,7 @@ def main(argv=None):
         spec = protocol.read_spec(args.spec)
         if spec.stage == "STAGE_COMPILE":
             phase = "PHASE_COMPILE"
+            apply_deferred_threads()  # No boundary in a compile stage.
             from . import compile_stage
             report = compile_stage.run(spec, pipe)
         elif spec.stage == "STAGE_RUN":
