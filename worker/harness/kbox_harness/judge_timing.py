@@ -38,7 +38,7 @@ _OVERHEAD_EVERY = 8       # and one more after every this many timed rounds
 # finding: each an empty round, then a timed call (_confirm_outside).
 _CONFIRM_ROUNDS = 12
 # A file that receives one JSON line per timed round, for studying the clock
-# (scripts/speedup_spread.py --trace). kboxd never sets it: a stage's
+# (tests/harness/test_reference_cache.py reads it). kboxd never sets it: a stage's
 # environment is built from a fixed list (worker/stage_runner.cc), and what
 # is written there is never read back by the judge.
 _TRACE_ENV = "KBOX_TIMING_TRACE"

@@ -919,8 +919,8 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         reply = self.ask({"op": "call", "inputs": self.cross(x), "observe": True, "kernels": bool(kernels),
                           "launch_probe": bool(self.spec.launch_probe_library)})
         # On a GPU the probe starts here, once per job; torch.profiler's
-        # start is ~6 s on the H100, CUPTI's callback API's is what
-        # launch_probe_bench measures (docs/benchmarks.md).
+        # start is ~6 s on the H100, CUPTI's callback API's 21-24 ms
+        # (docs/anticheat.md, kernel launches).
         self._timed("dynamic_probe", t0)
         probe = reply
         self._library_ops(reply)
