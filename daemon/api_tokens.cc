@@ -1,7 +1,6 @@
 #include "daemon/api_tokens.h"
 
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
 
 #include <charconv>
 #include <fstream>
@@ -9,6 +8,8 @@
 #include <sstream>
 #include <stdexcept>
 #include <utility>
+
+#include "worker/sha256.h"
 
 namespace kbox {
 
@@ -70,14 +71,8 @@ std::string ReadTokensFile(const std::string& path, std::string& text) {
 }  // namespace
 
 ApiTokenTable::Digest ApiTokenTable::Sha256(std::string_view bytes) {
-  Digest digest{};
-  unsigned int length = 0;
-  if (EVP_Digest(bytes.data(), bytes.size(), digest.data(), &length, EVP_sha256(), nullptr) != 1 ||
-      length != digest.size()) {
-    // Only a broken libcrypto gets here; authenticating nobody is the safe answer.
-    throw std::runtime_error("SHA-256 failed");
-  }
-  return digest;
+  // Throws only when libcrypto is broken: authenticating nobody is the safe answer.
+  return Sha256Digest(bytes);
 }
 
 boost::system::result<ApiTokenTable, std::string> ApiTokenTable::Parse(std::string_view text,

@@ -27,7 +27,7 @@
 #include "kbox/v1/config.pb.h"
 #include "kbox/v1/evaluation.pb.h"
 #include "policy/static_check/anticheat_profile.h"
-#include "worker/build_cache.h"
+#include "worker/build_cache/build_cache.h"
 #include "worker/stage_runner.h"
 #include "worker/turn_gate.h"
 

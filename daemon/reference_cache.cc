@@ -3,7 +3,8 @@
 #include <string_view>
 #include <utility>
 
-#include "worker/build_cache.h"
+#include "worker/build_cache/build_cache.h"
+#include "worker/sha256.h"
 
 namespace kbox {
 

@@ -17,7 +17,7 @@
 
 #include "clients/http_client.h"
 #include "kbox/v1/api.pb.h"
-#include "worker/build_cache.h"
+#include "worker/build_cache/build_cache.h"
 
 namespace kbox {
 

@@ -1,4 +1,5 @@
 #include "daemon/reference_cache.h"
+#include "worker/sha256.h"
 
 #include <gtest/gtest.h>
 

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "tests/unit/temp_dir.h"
+#include "worker/sha256.h"
 
 namespace kbox {
 namespace {

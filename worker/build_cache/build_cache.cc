@@ -1,8 +1,7 @@
-#include "worker/build_cache.h"
+#include "worker/build_cache/build_cache.h"
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,6 +14,9 @@
 #include <stdexcept>
 #include <system_error>
 #include <utility>
+
+#include "worker/sha256.h"
+#include "worker/unique_fd.h"
 
 namespace kbox {
 namespace fs = std::filesystem;
@@ -48,70 +50,6 @@ constexpr uint64_t kMaxOutputBytes = 1ull << 20;
 
 std::string ErrnoText(const std::string& what) { return what + ": " + std::strerror(errno); }
 
-// Owns a file descriptor.
-class Fd {
- public:
-  explicit Fd(int fd = -1) : fd_(fd) {}
-  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  Fd& operator=(Fd&& other) noexcept {
-    if (this != &other) {
-      Reset();
-      fd_ = std::exchange(other.fd_, -1);
-    }
-    return *this;
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() { Reset(); }
-  int get() const { return fd_; }
-  bool ok() const { return fd_ >= 0; }
-  void Reset() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_;
-};
-
-class Sha256 {
- public:
-  Sha256() : ctx_(EVP_MD_CTX_new()) {
-    if (ctx_ == nullptr || EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr) != 1) {
-      EVP_MD_CTX_free(ctx_);
-      throw std::runtime_error("OpenSSL cannot initialise SHA-256");
-    }
-  }
-  Sha256(const Sha256&) = delete;
-  Sha256& operator=(const Sha256&) = delete;
-  ~Sha256() { EVP_MD_CTX_free(ctx_); }
-
-  void Update(const void* data, size_t size) {
-    if (size > 0 && EVP_DigestUpdate(ctx_, data, size) != 1) {
-      throw std::runtime_error("OpenSSL SHA-256 update failed");
-    }
-  }
-  void Update(std::string_view data) { Update(data.data(), data.size()); }
-
-  std::string HexDigest() {
-    std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
-    unsigned int length = 0;
-    if (EVP_DigestFinal_ex(ctx_, digest.data(), &length) != 1) {
-      throw std::runtime_error("OpenSSL SHA-256 final failed");
-    }
-    static constexpr char kHex[] = "0123456789abcdef";
-    std::string hex;
-    hex.reserve(2 * length);
-    for (unsigned int i = 0; i < length; ++i) {
-      hex += kHex[digest[i] >> 4];
-      hex += kHex[digest[i] & 0xf];
-    }
-    return hex;
-  }
-
- private:
-  EVP_MD_CTX* ctx_;
-};
 
 bool IsHex(std::string_view s, size_t length) {
   return s.size() == length && std::all_of(s.begin(), s.end(), [](char c) {
@@ -285,7 +223,7 @@ std::optional<Manifest> ParseManifest(std::string_view text) {
 // Reads a whole small file (no link followed), at most `limit` bytes.
 std::optional<std::string> ReadSmallFile(const fs::path& path, uint64_t limit) {
   Fd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-  if (!fd.ok()) return std::nullopt;
+  if (fd.get() < 0) return std::nullopt;
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) ||
       static_cast<uint64_t>(st.st_size) > limit) {
@@ -318,7 +256,7 @@ bool WriteAll(int fd, const char* data, size_t size) {
 // Writes a new file (never following or overwriting) with `content`.
 std::optional<std::string> WriteNewFile(const fs::path& path, std::string_view content) {
   Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
-  if (!fd.ok()) return ErrnoText("cannot create " + path.string());
+  if (fd.get() < 0) return ErrnoText("cannot create " + path.string());
   if (!WriteAll(fd.get(), content.data(), content.size()) || ::fchmod(fd.get(), 0644) != 0) {
     return ErrnoText("cannot write " + path.string());
   }
@@ -407,12 +345,12 @@ struct CopyIn {
       if (S_ISDIR(st.st_mode)) {
         if (depth >= kMaxDepth) return Fail(BuildCache::InsertStatus::kUnsupportedFile, "nested too deep: " + rel);
         Fd sub(::openat(src, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-        if (!sub.ok()) return Fail(BuildCache::InsertStatus::kFailed, ErrnoText("cannot open " + rel));
+        if (sub.get() < 0) return Fail(BuildCache::InsertStatus::kFailed, ErrnoText("cannot open " + rel));
         if (::mkdirat(dst, name.c_str(), 0700) != 0) {
           return Fail(BuildCache::InsertStatus::kFailed, ErrnoText("cannot create " + rel));
         }
         Fd dsub(::openat(dst, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-        if (!dsub.ok() || ::fchmod(dsub.get(), NormalMode(true, false)) != 0) {
+        if (dsub.get() < 0 || ::fchmod(dsub.get(), NormalMode(true, false)) != 0) {
           return Fail(BuildCache::InsertStatus::kFailed, ErrnoText("cannot open " + rel));
         }
         BuildCache::Item dir_item;
@@ -433,7 +371,7 @@ struct CopyIn {
   bool File(int src, int dst, const std::string& name, const std::string& rel) {
     // O_NONBLOCK: a FIFO swapped in after the stat must not block kboxd.
     Fd in(::openat(src, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
-    if (!in.ok()) {
+    if (in.get() < 0) {
       if (errno == ELOOP) return Fail(BuildCache::InsertStatus::kUnsupportedFile, "symbolic link: " + rel);
       return Fail(BuildCache::InsertStatus::kFailed, ErrnoText("cannot open " + rel));
     }
@@ -443,7 +381,7 @@ struct CopyIn {
     }
     const bool executable = (st.st_mode & 0111) != 0;
     Fd out(::openat(dst, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
-    if (!out.ok()) return Fail(BuildCache::InsertStatus::kFailed, ErrnoText("cannot create " + rel));
+    if (out.get() < 0) return Fail(BuildCache::InsertStatus::kFailed, ErrnoText("cannot create " + rel));
     BuildCache::Item item;
     item.path = rel;
     item.executable = executable;
@@ -478,12 +416,12 @@ bool VerifyTree(int dir, const std::string& prefix, int depth,
     if (item.directory) {
       if (!S_ISDIR(st.st_mode)) return false;
       Fd sub(::openat(dir, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-      if (!sub.ok() || !VerifyTree(sub.get(), rel, depth + 1, listed, seen)) return false;
+      if (sub.get() < 0 || !VerifyTree(sub.get(), rel, depth + 1, listed, seen)) return false;
       continue;
     }
     if (!S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) != item.size) return false;
     Fd in(::openat(dir, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
-    if (!in.ok()) return false;
+    if (in.get() < 0) return false;
     uint64_t size = 0;
     std::string sha;
     if (!CopyAndHash(in.get(), -1, item.size, size, sha) || size != item.size || sha != item.sha256) {
@@ -504,12 +442,6 @@ void EmptyDirectory(const fs::path& dir) {
 }
 
 }  // namespace
-
-std::string Sha256Hex(std::string_view data) {
-  Sha256 hash;
-  hash.Update(data);
-  return hash.HexDigest();
-}
 
 std::string BuildCacheKey(const BuildKeyInputs& in) {
   Sha256 hash;
@@ -759,12 +691,12 @@ std::optional<BuildCache::Entry> BuildCache::Lookup(const std::string& key) {
     Fd tree(::open(entry.tree().c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     size_t seen = 0;
     valid = output && output->size() == manifest->output_size &&
-            Sha256Hex(*output) == manifest->output_sha256 && tree.ok() &&
+            Sha256Hex(*output) == manifest->output_sha256 && tree.get() >= 0 &&
             VerifyTree(tree.get(), "", 0, listed, seen) && seen == listed.size();
     // Nothing but the three names in the entry's directory.
     if (valid) {
       Fd dir(::open(entry.dir_.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-      const auto names = dir.ok() ? ListDir(dir.get()) : std::nullopt;
+      const auto names = dir.get() >= 0 ? ListDir(dir.get()) : std::nullopt;
       valid = names && *names == std::vector<std::string>{kManifestName, kOutputName, kTreeName};
     }
     if (valid) {
@@ -823,9 +755,9 @@ BuildCache::InsertResult BuildCache::Insert(const std::string& key, const fs::pa
   manifest.key = key;
   {
     Fd src(::open(build_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (!src.ok()) return discard(InsertStatus::kFailed, ErrnoText("cannot open " + build_dir.string()));
+    if (src.get() < 0) return discard(InsertStatus::kFailed, ErrnoText("cannot open " + build_dir.string()));
     Fd dst(::open(tree.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (!dst.ok()) return discard(InsertStatus::kFailed, ErrnoText("cannot open " + tree.string()));
+    if (dst.get() < 0) return discard(InsertStatus::kFailed, ErrnoText("cannot open " + tree.string()));
     CopyIn copy;
     copy.limit = options_.max_bytes - compile_output.size();
     if (!copy.Dir(src.get(), dst.get(), "", 0)) return discard(copy.status, copy.message);
@@ -877,8 +809,8 @@ std::optional<std::string> BuildCache::Restore(const Entry& entry, const fs::pat
                                                std::optional<gid_t> owner_gid) {
   Fd tree(::open(entry.tree().c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   Fd dst(::open(build_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (!dst.ok()) return ErrnoText("cannot open " + build_dir.string());
-  bool corrupt = !tree.ok();
+  if (dst.get() < 0) return ErrnoText("cannot open " + build_dir.string());
+  bool corrupt = tree.get() < 0;
   std::string error = corrupt ? "the entry's tree is missing" : "";
   const uid_t uid = owner_uid.value_or(static_cast<uid_t>(-1));
   const gid_t gid = owner_gid.value_or(static_cast<gid_t>(-1));
@@ -896,14 +828,14 @@ std::optional<std::string> BuildCache::Restore(const Entry& entry, const fs::pat
     }
     Fd in(::openat(tree.get(), rel, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
     struct stat st {};
-    if (!in.ok() || ::fstat(in.get(), &st) != 0 || !S_ISREG(st.st_mode) ||
+    if (in.get() < 0 || ::fstat(in.get(), &st) != 0 || !S_ISREG(st.st_mode) ||
         static_cast<uint64_t>(st.st_size) != item.size) {
       corrupt = true;
       error = "cached file " + item.path + " is missing or changed";
       break;
     }
     Fd out(::openat(dst.get(), rel, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
-    if (!out.ok()) {
+    if (out.get() < 0) {
       error = ErrnoText("cannot create " + item.path);
       break;
     }
@@ -984,14 +916,14 @@ void BuildCache::FinishFlight(const std::string& key, const std::shared_ptr<Flig
 boost::system::result<std::vector<BuildFileData>, std::string> ReadEntryFiles(
     const BuildCache::Entry& entry) {
   Fd tree(::open(entry.tree().c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (!tree.ok()) return ErrnoText("cannot open " + entry.tree().string());
+  if (tree.get() < 0) return ErrnoText("cannot open " + entry.tree().string());
   std::vector<BuildFileData> files;
   for (const BuildCache::Item& item : entry.items()) {
     BuildFileData data{.item = item, .content = {}};
     if (!item.directory) {
       Fd in(::openat(tree.get(), item.path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
       struct stat st {};
-      if (!in.ok() || ::fstat(in.get(), &st) != 0 || !S_ISREG(st.st_mode) ||
+      if (in.get() < 0 || ::fstat(in.get(), &st) != 0 || !S_ISREG(st.st_mode) ||
           static_cast<uint64_t>(st.st_size) != item.size) {
         return "cached file " + item.path + " is missing or changed";
       }
@@ -1015,7 +947,7 @@ std::optional<std::string> WriteBuildFiles(const std::vector<BuildFileData>& fil
                                            std::optional<uid_t> owner_uid,
                                            std::optional<gid_t> owner_gid) {
   Fd dst(::open(build_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (!dst.ok()) return ErrnoText("cannot open " + build_dir.string());
+  if (dst.get() < 0) return ErrnoText("cannot open " + build_dir.string());
   const uid_t uid = owner_uid.value_or(static_cast<uid_t>(-1));
   const gid_t gid = owner_gid.value_or(static_cast<gid_t>(-1));
   const bool chown = owner_uid.has_value() || owner_gid.has_value();
@@ -1057,7 +989,7 @@ std::optional<std::string> WriteBuildFiles(const std::vector<BuildFileData>& fil
       break;
     }
     Fd out(::openat(dst.get(), rel, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
-    if (!out.ok() || !WriteAll(out.get(), file.content.data(), file.content.size()) ||
+    if (out.get() < 0 || !WriteAll(out.get(), file.content.data(), file.content.size()) ||
         ::fchmod(out.get(), NormalMode(false, item.executable)) != 0 ||
         (chown && ::fchown(out.get(), uid, gid) != 0)) {
       error = ErrnoText("cannot write " + EscapePath(path));

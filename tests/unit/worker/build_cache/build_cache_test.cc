@@ -1,4 +1,4 @@
-#include "worker/build_cache.h"
+#include "worker/build_cache/build_cache.h"
 
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "tests/unit/temp_dir.h"
+#include "worker/sha256.h"
 
 namespace kbox {
 namespace {

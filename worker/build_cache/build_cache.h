@@ -81,9 +81,6 @@ struct BuildKeyInputs {
 // The cache key of `inputs`: 64 lower-case hex digits.
 std::string BuildCacheKey(const BuildKeyInputs& inputs);
 
-// Lower-case hex SHA-256 of `data`.
-std::string Sha256Hex(std::string_view data);
-
 // SHA-256 over the relative path and content of every regular file under
 // `dir`, in path order, skipping __pycache__ directories and *.pyc files: a
 // content version of the harness. Empty when `dir` cannot be read.
