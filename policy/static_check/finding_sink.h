@@ -10,7 +10,7 @@
 #include <tuple>
 #include <vector>
 
-#include "policy/static_check/static_checker.h"
+#include "policy/static_check/check_types.h"
 
 namespace kbox::static_check {
 

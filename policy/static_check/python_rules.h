@@ -10,7 +10,7 @@
 
 #include "policy/static_check/finding_sink.h"
 #include "policy/static_check/python_module.h"
-#include "policy/static_check/static_checker.h"
+#include "policy/static_check/check_types.h"
 
 namespace kbox::static_check {
 
