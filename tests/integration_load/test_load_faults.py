@@ -19,6 +19,10 @@ import kbox_load  # noqa: E402
 
 # In this order: the compiler during the warm-up job's compile (its retry
 # compiles again and fills the build cache), then run-stage processes only.
+# The run stages are fork+exec'd here (`preforked_run_stage: false`), so that
+# each of their processes has a kind of its own and names its job; kboxd's
+# default forks them from single-use zygotes, whose kills zygote_test
+# (a zygote killed mid-job) and integration_prefork (between jobs) cover.
 KINDS = ["compiler", "candidate", "harness", "launcher"]
 
 
@@ -29,7 +33,8 @@ def test_load_with_sigkills(tmp_path):
         "--bin-dir", bin_dir, "--jobs", "1000", "--clients", "64", "--tokens", "3",
         "--token-limit", "24", "--max-in-flight", "48", "--real-share", "0.03",
         "--check-share", "0.05", "--real-candidates", "cand_clamp_scale_ok.py",
-        "--kill-script", "--kill-kinds", ",".join(KINDS), "--json-out", str(out)])
+        "--kill-script", "--kill-kinds", ",".join(KINDS), "--fork-exec-run-stage",
+        "--json-out", str(out)])
     import json
     summary = json.loads(out.read_text())
     assert code == 0, summary["failures"]
