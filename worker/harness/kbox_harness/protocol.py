@@ -20,7 +20,10 @@ _BACKENDS = {0: "BACKEND_UNSPECIFIED", 1: "BACKEND_CPU", 2: "BACKEND_CUDA", 3: "
 _PRECISIONS = {0: "PRECISION_UNSPECIFIED", 1: "PRECISION_FP32", 2: "PRECISION_FP16",
                3: "PRECISION_BF16"}
 
-DEFAULT_MAX_LOG_BYTES = 64 * 1024
+# The daemon's defaults, for a spec that leaves a field out (kboxd writes
+# every one; the harness's own tests do not). config.proto's max_log_bytes.
+DEFAULT_MAX_LOG_BYTES = 16 * 1024
+# EvaluateRequest's correctness_trials default (evaluation.proto).
 DEFAULT_CORRECTNESS_TRIALS = 5
 # config.proto's live_recheck_speedup default.
 DEFAULT_LIVE_RECHECK_SPEEDUP = 1.0
