@@ -197,8 +197,25 @@ def test_the_holders_quiet_pauses_a_stage_still_setting_up():
             time.sleep(delay)
             return evaluate(port, "ahead-pause-" + name, reference, FAST_CANDIDATE, True)
 
+        # Both lanes' zygotes ready first (a CPU lane starts its first zygote
+        # at its first stage, each stage's successor beside it), so that b's
+        # stage is importing its reference when a asks for its quiet.
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
-            a = pool.submit(evaluate_after, 0, "a", REFERENCE)
+            warm = list(pool.map(lambda n: evaluate(port, "ahead-pause-warm-%d" % n, REFERENCE,
+                                                    FAST_CANDIDATE, False), [1, 2]))
+        assert all(r["status"] == "CORRECT" for r in warm), [it.describe(r) for r in warm]
+
+        # a's model takes 4 s to build (after its turn, before its quiet):
+        # b's stage, sent 1 s after a, is importing by then.
+        slow_build = REFERENCE.replace(
+            "class Model(nn.Module):\n",
+            "class Model(nn.Module):\n"
+            "    def __init__(self):\n"
+            "        super().__init__()\n"
+            "        time.sleep(4)\n\n")
+        assert slow_build != REFERENCE
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            a = pool.submit(evaluate_after, 0, "a", slow_build)
             b = pool.submit(evaluate_after, 1.0, "b", slow_reference(12))
             first, second = a.result(), b.result()
         for r in (first, second):
