@@ -205,14 +205,15 @@ def test_the_holders_quiet_pauses_a_stage_still_setting_up():
                                                     FAST_CANDIDATE, False), [1, 2]))
         assert all(r["status"] == "CORRECT" for r in warm), [it.describe(r) for r in warm]
 
-        # a's model takes 4 s to build (after its turn, before its quiet):
-        # b's stage, sent 1 s after a, is importing by then.
+        # a's model takes 8 s to build (after its turn, before its quiet):
+        # b's stage, sent 1 s after a, is importing its reference by then,
+        # even when its compile stage ends seconds after a's on a busy host.
         slow_build = REFERENCE.replace(
             "class Model(nn.Module):\n",
             "class Model(nn.Module):\n"
             "    def __init__(self):\n"
             "        super().__init__()\n"
-            "        time.sleep(4)\n\n")
+            "        time.sleep(8)\n\n")
         assert slow_build != REFERENCE
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
             a = pool.submit(evaluate_after, 0, "a", slow_build)
