@@ -253,7 +253,7 @@ void Evaluator::EnablePrefork() {
     std::vector<std::string> lanes;
     for (uint32_t g : gpus_) {
       for (uint32_t k = 0; k <= config_.run_stages_ahead(); ++k) {
-        lanes.push_back("gpu" + std::to_string(g) + (k == 0 ? "" : "." + std::to_string(k)));
+        lanes.push_back(LaneName::Of("gpu" + std::to_string(g), k));
       }
     }
     runner_.PrestartZygotes(lanes, /*run_stages=*/true);

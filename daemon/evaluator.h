@@ -150,7 +150,10 @@ class Evaluator {
         : owner_(owner), device_(std::move(device)), index_(index) {}
     LaneName(const LaneName&) = delete;
     ~LaneName();
-    std::string name() const { return index_ == 0 ? device_ : device_ + "." + std::to_string(index_); }
+    std::string name() const { return Of(device_, index_); }
+    static std::string Of(const std::string& device, uint32_t index) {
+      return index == 0 ? device : device + "." + std::to_string(index);
+    }
 
    private:
     Evaluator* owner_;

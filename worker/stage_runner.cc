@@ -319,21 +319,11 @@ std::vector<std::string> StageRunner::ZygoteEnvironment() const {
 std::optional<ProcessOutcome> StageRunner::RunPreforked(const std::string& slot, bool single_use,
                                                         const std::string& spec_path,
                                                         const ProcessSpec& limits) const {
-  // The stage's wall time counts from here, as a fork+exec'd stage's counts
-  // from its interpreter's start: a zygote still importing (a lane's first,
-  // or a successor not ready yet) is part of it, and the evaluator's run_ms
-  // (this wall time less the wait for the turn) stays what it measures.
-  const auto asked = std::chrono::steady_clock::now();
   Zygote& zygote = zygotes_->For(slot, single_use);
-  if (auto error = zygote.Start()) {
-    std::cerr << "kboxd: zygote for " << slot << " unavailable (" << *error
-              << "); stages there fall back to fork+exec" << std::endl;
-    return std::nullopt;
-  }
   auto outcome = zygote.Run(spec_path, limits);
-  if (outcome) {
-    outcome->wall_ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - asked).count();
+  if (!outcome) {
+    std::cerr << "kboxd: zygote for " << slot << " unavailable (" << zygote.start_error()
+              << "); stages there fall back to fork+exec" << std::endl;
   }
   return outcome;
 }

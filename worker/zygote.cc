@@ -91,6 +91,11 @@ std::optional<std::string> Zygote::Start() {
   return StartLocked();
 }
 
+std::string Zygote::start_error() const {
+  std::lock_guard lock(mu_);
+  return start_error_;
+}
+
 void Zygote::StopLocked() {
   socket_.reset();
   if (pid_ > 0) {
@@ -198,9 +203,13 @@ bool Zygote::ReadExit(const Fd& socket, pid_t child, ProcessOutcome& out) const 
 
 std::optional<ProcessOutcome> Zygote::Run(const std::string& sandbox_spec,
                                           const ProcessSpec& limits) {
+  // The stage's wall time counts from the request, a zygote still importing
+  // (a lane's first, a successor not ready yet) included, as a fork+exec'd
+  // stage's counts its interpreter's start; its limits count from the fork.
+  const auto asked = Clock::now();
   std::unique_lock lock(mu_);
-  const auto start = Clock::now();
   if (StartLocked()) return std::nullopt;
+  const auto start = Clock::now();
   ProcessOutcome out;
   int output[2], result[2];
   if (::pipe2(output, O_CLOEXEC) != 0) {
@@ -261,7 +270,7 @@ std::optional<ProcessOutcome> Zygote::Run(const std::string& sandbox_spec,
                       ") died or broke its protocol during the stage; " +
                       (settings_.single_use ? "a fresh one serves the next" : "it will be restarted");
   }
-  out.wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  out.wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - asked).count();
   return out;
 }
 

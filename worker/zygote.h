@@ -80,12 +80,17 @@ class Zygote {
   // Runs one sandboxed stage: `sandbox_spec` is the SandboxSpec file,
   // `limits` the wall/output/result limits and cancel flag of RunProcess
   // (its argv, env and cwd are unused). nullopt: the zygote could not be
-  // started (nothing ran; the caller may fall back to fork+exec). A zygote
-  // that dies or breaks the protocol mid-job ends the job as kSpawnFailed
+  // started (nothing ran; the caller may fall back to fork+exec; start_error
+  // says why). The outcome's wall time counts from the call, a start waited
+  // for included; its limits count from the fork. A zygote that dies or
+  // breaks the protocol mid-job ends the job as kSpawnFailed
   // (kbox's failure, never the candidate's) and is restarted next time.
   // Single use: the zygote that forked the stage is killed once the stage
   // has ended, and its successor starts in the background right after the fork.
   std::optional<ProcessOutcome> Run(const std::string& sandbox_spec, const ProcessSpec& limits);
+
+  // Why the last start failed (empty when it did not).
+  std::string start_error() const;
 
   // The zygote's pid, or -1; the pid of the last child it forked (tests).
   pid_t pid() const;
