@@ -291,6 +291,7 @@ v1::StageSpec Evaluator::MakeSpec(const JobWorkspace& ws, const v1::EffectiveSet
   spec.set_correctness_trials(s.correctness_trials());
   spec.set_measure_performance(s.measure_performance());
   spec.set_performance_trials(s.performance_trials());
+  spec.set_speedup_precision(s.speedup_precision());
   spec.set_warmup_calls(config_.warmup_calls());
   spec.set_max_log_bytes(config_.max_log_bytes());
   // The light header only changes how long a build takes, never what runs

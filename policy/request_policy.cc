@@ -290,6 +290,13 @@ boost::system::result<ResolvedJob, FieldError> RequestPolicy::ResolveJob(
   }
   s.set_performance_trials(perf_trials);
 
+  s.set_speedup_precision(request.has_speedup_precision() ? request.speedup_precision()
+                                                          : kDefaultSpeedupPrecision);
+  if (!std::isfinite(s.speedup_precision()) || s.speedup_precision() < 0.0 ||
+      s.speedup_precision() > 1.0) {
+    return FieldError{"speedup_precision", "must be a number from 0 to 1"};
+  }
+
   const uint32_t time_limit =
       request.time_limit_s() == 0 ? limits_.default_time_limit_s : request.time_limit_s();
   if (time_limit > limits_.max_time_limit_s) {

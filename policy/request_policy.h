@@ -49,6 +49,11 @@ struct AnticheatProfiles {
   std::vector<std::string> names() const;
 };
 
+// A job's speedup_precision when it sets none: timing stops once the speedup's
+// ~95 % interval is within 5 % of it either way (docs/performance.md, "The
+// device turn": a tighter default cost most jobs their round cap).
+inline constexpr double kDefaultSpeedupPrecision = 0.05;
+
 // Default allclose tolerance of a precision (KernelBench's current values).
 double DefaultTolerance(v1::Precision precision);
 

@@ -208,6 +208,7 @@ int Eval(const std::vector<std::string>& args) {
   std::string reference, candidate, backend = "cpu", precision = "fp32";
   unsigned trials = 0, time_limit = 0, perf_trials = 0;
   int64_t seed = -1;
+  double speedup_precision = -1;
   std::string request_id, profile;
   std::vector<std::string> rules;
   po::options_description desc("kbox eval options");
@@ -220,6 +221,8 @@ int Eval(const std::vector<std::string>& args) {
       "trials", po::value(&trials), "correctness trials (default: server's, 5)")(
       "seed", po::value(&seed), "seed (default: drawn by the server)")(
       "perf-trials", po::value(&perf_trials), "timed calls per model")(
+      "speedup-precision", po::value(&speedup_precision),
+      "stop timing once the speedup's interval is within this share of it (default: server's, 0.05)")(
       "time-limit", po::value(&time_limit), "run-stage limit, seconds")(
       "no-perf", "skip timing")("id", po::value(&request_id), "client request id")(
       "profile", po::value(&profile), "anti-cheat profile (default: the server's)")(
@@ -252,6 +255,7 @@ int Eval(const std::vector<std::string>& args) {
   if (seed >= 0) req.set_seed(static_cast<uint64_t>(seed));
   if (vm.count("no-perf")) req.set_measure_performance(false);
   req.set_performance_trials(perf_trials);
+  if (vm.count("speedup-precision")) req.set_speedup_precision(speedup_precision);
   req.set_time_limit_s(time_limit);
   req.set_client_request_id(request_id);
 

@@ -183,6 +183,19 @@ def test_honest_compile_ok(honest_job):
     assert os.path.isdir(os.path.join(job.root, "build", "kbox_test_relu_scale"))
 
 
+def test_timing_stops_at_the_speedup_precision_once_enough_outputs_were_compared(honest_job):
+    # Precision 1 is met from the first rounds: the rounds stop once 24 timed
+    # outputs were compared (a quarter of the calls, chosen at random, and the
+    # first two), well before the cap of ten times performance_trials. Without
+    # a precision (0) they run to the cap.
+    job, _ = honest_job
+    early = _check(job.run("STAGE_RUN", performance_trials=20, speedup_precision=1.0), "OK")
+    assert 24 <= early["candidate_timing"]["count"] < 200
+    assert early["reference_timing"]["count"] == early["candidate_timing"]["count"]
+    full = _check(job.run("STAGE_RUN", performance_trials=10, speedup_precision=0), "OK")
+    assert full["candidate_timing"]["count"] == 100
+
+
 def test_honest_run_ok_with_timings(honest_job):
     job, _ = honest_job
     result = job.run("STAGE_RUN")

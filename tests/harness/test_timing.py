@@ -104,22 +104,52 @@ def test_cpu_clock_is_wall_time_and_needs_no_fitting():
     assert out == 7 and 15.0 < ms < 500.0 and host == ms and outran is False and cover_gpu_ms == 0.0
 
 
+def _half_width(times, q):
+    lo, hi = timing.quantile_ci(times, q)
+    return (hi - lo) / 2.0
+
+
 def test_median_confidence_interval_narrows_with_more_calls():
     few = [1.0 + 0.01 * (i % 7) for i in range(10)]
     many = [1.0 + 0.01 * (i % 7) for i in range(1000)]
-    assert timing.relative_ci(many) < timing.relative_ci(few)
+    assert _half_width(many, 0.5) < _half_width(few, 0.5)
     lo, hi = timing.median_ci(many)
     assert lo <= sorted(many)[500] <= hi
 
 
-def test_lower_quartile_interval_and_settling():
-    # The quantile's order-statistic interval holds it and narrows with
-    # more calls; relative_ci measures the quartile by default.
+def test_lower_quartile_interval_holds_it_and_narrows():
     few = [1.0 + 0.01 * (i % 7) for i in range(10)]
     many = [1.0 + 0.01 * (i % 7) for i in range(1000)]
-    lo, hi = timing.quantile_ci(many, timing.SPEEDUP_QUANTILE)
-    assert lo <= sorted(many)[250] <= hi
-    assert timing.relative_ci(many) < timing.relative_ci(few)
+    q, lo, hi = timing.quantile_with_ci(many)
+    assert lo <= sorted(many)[250] <= hi and lo <= q <= hi
+    assert hi - lo < timing.quantile_with_ci(few)[2] - timing.quantile_with_ci(few)[1]
+    assert timing.quantile_with_ci(few[:5]) is None  # no interval from five calls
+
+
+def test_speedup_interval_is_the_ratio_of_the_quartiles_intervals():
+    # As kboxd reports it: reference low over candidate high, to reference
+    # high over candidate low; its half-width over the speedup.
+    ref, cand = (2.0, 1.9, 2.1), (1.0, 0.95, 1.05)
+    width = (2.1 / 0.95 - 1.9 / 1.05) / 2.0 / 2.0
+    assert timing.speedup_relative_ci(ref, cand) == pytest.approx(width)
+    assert 0.09 < width < 0.11
+    # Tighter on either side, tighter ratio; nothing known, nothing settles.
+    assert timing.speedup_relative_ci((2.0, 1.99, 2.01), cand) < width
+    assert timing.speedup_relative_ci(None, cand) == float("inf")
+    assert timing.speedup_relative_ci(ref, None) == float("inf")
+    assert timing.speedup_relative_ci((0.0, 0.0, 0.0), cand) == float("inf")
+
+
+def test_speedup_interval_narrows_as_calls_accumulate():
+    # Calls scattered by ~9 % (a ~0.06 ms kernel's on an H200): the ratio's
+    # interval falls below 5 % within the first few hundred calls.
+    import random
+    rng = random.Random(7)
+    ref = [0.018 * (1 + 0.01 * rng.random()) for _ in range(300)]
+    cand = [0.055 * (1 + 0.09 * rng.random()) for _ in range(300)]
+    widths = [timing.speedup_relative_ci(timing.quantile_with_ci(ref[:n]), timing.quantile_with_ci(cand[:n]))
+              for n in (20, 80, 300)]
+    assert widths[0] > widths[1] > widths[2] and widths[2] < 0.05
 
 
 def test_lower_quartile_ignores_disturbed_calls_the_median_does_not():

@@ -46,7 +46,8 @@ def make_request(reference_source: str, candidate_source: str, backend: str, *,
                  performance_trials: Optional[int] = None, time_limit_s: Optional[int] = None,
                  client_request_id: Optional[str] = None, anticheat_profile: Optional[str] = None,
                  anticheat_overrides: Optional[Dict[str, str]] = None,
-                 fresh_reference_timing: Optional[bool] = None) -> dict:
+                 fresh_reference_timing: Optional[bool] = None,
+                 speedup_precision: Optional[float] = None) -> dict:
     """An EvaluateRequest. Options left None are left to kboxd's defaults."""
     if not isinstance(reference_source, str) or not isinstance(candidate_source, str):
         raise TypeError("reference_source and candidate_source must be str")
@@ -78,6 +79,8 @@ def make_request(reference_source: str, candidate_source: str, backend: str, *,
         req["anticheat_overrides"] = dict(anticheat_overrides)
     if fresh_reference_timing is not None:
         req["fresh_reference_timing"] = bool(fresh_reference_timing)
+    if speedup_precision is not None:
+        req["speedup_precision"] = float(speedup_precision)
     return req
 
 

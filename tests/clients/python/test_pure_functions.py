@@ -109,11 +109,13 @@ def test_a_refused_endpoint_cools_down_and_comes_back():
 def test_make_request_uses_the_proto3_json_mapping():
     req = make_request("ref", "cand", "cuda", precision="torch.float16", seed=2 ** 63,
                        correctness_trials=3, measure_performance=False,
-                       anticheat_overrides={"py.matmul-operator": "off"}, fresh_reference_timing=True)
+                       anticheat_overrides={"py.matmul-operator": "off"}, fresh_reference_timing=True,
+                       speedup_precision=0.02)
     assert req == {"reference_source": "ref", "candidate_source": "cand",
                    "backend": "BACKEND_CUDA", "precision": "PRECISION_FP16",
                    "seed": str(2 ** 63), "correctness_trials": 3, "measure_performance": False,
-                   "anticheat_overrides": {"py.matmul-operator": "off"}, "fresh_reference_timing": True}
+                   "anticheat_overrides": {"py.matmul-operator": "off"}, "fresh_reference_timing": True,
+                   "speedup_precision": 0.02}
     with pytest.raises(ValueError):
         make_request("r", "c", "hip")
     with pytest.raises(ValueError):

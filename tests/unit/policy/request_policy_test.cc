@@ -211,6 +211,23 @@ TEST(RequestPolicyTest, PerformanceTrialsDefaultAndMax) {
   EXPECT_EQ(ErrorField(request), "performance_trials");
 }
 
+TEST(RequestPolicyTest, SpeedupPrecisionDefaultAndBounds) {
+  const auto defaulted = RequestPolicy(TestLimits()).Resolve(ValidRequest());
+  ASSERT_TRUE(defaulted);
+  EXPECT_DOUBLE_EQ(defaulted->speedup_precision(), 0.05);
+
+  auto request = ValidRequest();
+  request.set_speedup_precision(0.0);  // Present at zero: every round to the cap.
+  const auto zero = RequestPolicy(TestLimits()).Resolve(request);
+  ASSERT_TRUE(zero);
+  EXPECT_EQ(zero->speedup_precision(), 0.0);
+
+  for (double bad : {-0.01, 1.5, std::nan("")}) {
+    request.set_speedup_precision(bad);
+    EXPECT_EQ(ErrorField(request), "speedup_precision") << bad;
+  }
+}
+
 TEST(RequestPolicyTest, KeepsGivenSeed) {
   auto request = ValidRequest();
   request.set_seed(0);  // Present at zero: kept, not drawn.

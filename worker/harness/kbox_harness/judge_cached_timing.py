@@ -8,7 +8,8 @@ not ask for a fresh measurement, only the candidate is timed, with the same
 per-call method as the interleaved rounds (its process's clock with the L2
 flushed and the launch cover, the judge's outside clock, empty calibration
 rounds, uncovered calls on a GPU, spot checks of timed outputs against the
-reference's), until its own lower quartile settles. The speedup over the
+reference's), until the speedup over the cached figure is known to the
+job's speedup_precision (judge_timing.TimingRounds._timing_done). The speedup over the
 cached figure decides: below live_recheck_speedup the cached figure stands;
 at or above it (a candidate claiming to beat the reference, where rewards
 are earned) both are timed live, interleaved, as without a cache
@@ -59,8 +60,7 @@ def input_signature(forward_inputs, init_inputs):
 
 def settled(stats, max_relative_ci=0.01):
     """Whether a Timing dict's lower quartile is known to max_relative_ci
-    (by default 1 %, the settle rule of the timed rounds, timing.relative_ci),
-    from the reported figures."""
+    (by default 1 %), from the reported figures."""
     lq = stats.get("lower_quartile_ms") or 0.0
     lo, hi = stats.get("lower_quartile_ci_low_ms"), stats.get("lower_quartile_ci_high_ms")
     if lq <= 0 or lo is None or hi is None or stats.get("count", 0) < 6:
@@ -130,6 +130,11 @@ class CachedReferenceTiming(object):
         self._summed("timing_fit", t0)
         overhead = self._calibrate(clock, get_inputs)
         cand_times, outside, outran, uncovered = [], [], 0, ([], [])
+        checks = 0  # timed outputs compared
+        cached = spec.cached_reference["timing"]
+        reference = (judging.number(cached.get("lower_quartile_ms")) or 0.0,
+                     judging.number(cached.get("lower_quartile_ci_low_ms")) or 0.0,
+                     judging.number(cached.get("lower_quartile_ci_high_ms")) or 0.0)
         idle_checks = self._idle_check_rounds()
         started = timing.now_ms()
         max_calls = max(spec.performance_trials, judge_timing._MAX_CALLS_FACTOR * spec.performance_trials)
@@ -145,16 +150,15 @@ class CachedReferenceTiming(object):
                 # compared with the timed output.
                 ref_out = self.call(self.forward, ref_model, x)
                 self._spot_check(j, reply, ref_out, x, ref_model, x)
+                checks += 1
                 del ref_out
             del x
             if self.device.type == "cuda" and j % 2 == 1:
                 self._uncovered_call(ref_model, get_inputs, uncovered, j)
             if j % judge_timing._OVERHEAD_EVERY == judge_timing._OVERHEAD_EVERY - 1:
                 overhead.append(self._empty_round(clock))
-            if j + 1 >= spec.performance_trials:
-                if timing.relative_ci(cand_times) <= 0.01 or \
-                        timing.now_ms() - started > judge_timing._TIMING_BUDGET_MS:
-                    break
+            if self._timing_done(j + 1, checks, started, lambda: reference, cand_times):
+                break
         self._summed("timing_rounds", started)
         method = timing.METHOD_CUDA if self.device.type == "cuda" else timing.METHOD_CPU
         cand = timing.stats(cand_times, method)

@@ -27,7 +27,8 @@ DEFAULT_MAX_LOG_BYTES = 16 * 1024
 DEFAULT_CORRECTNESS_TRIALS = 5
 # config.proto's live_recheck_speedup default.
 DEFAULT_LIVE_RECHECK_SPEEDUP = 1.0
-# config.proto's reference_cache_max_relative_ci default: the judge's settle rule.
+# config.proto's reference_cache_max_relative_ci default: how settled both lower
+# quartiles of a live run must be for its reference figure to be cached.
 DEFAULT_CACHE_MAX_RELATIVE_CI = 0.01
 
 
@@ -71,6 +72,9 @@ class StageSpec(object):
         self.correctness_trials = _int(d.get("correctness_trials")) or DEFAULT_CORRECTNESS_TRIALS
         self.measure_performance = bool(d.get("measure_performance", False))
         self.performance_trials = _int(d.get("performance_trials"))
+        # The speedup's relative interval half-width the timing rounds stop
+        # at (judge_timing); 0: they run to their cap.
+        self.speedup_precision = _float(d.get("speedup_precision"))
         self.warmup_calls = _int(d.get("warmup_calls"))
         self.max_log_bytes = _int(d.get("max_log_bytes")) or DEFAULT_MAX_LOG_BYTES
         self.strict_seccomp_bpf = str(d.get("strict_seccomp_bpf") or "")

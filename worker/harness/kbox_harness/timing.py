@@ -301,14 +301,27 @@ def median_ci(times):
     return quantile_ci(times, 0.5)
 
 
-def relative_ci(times, q=SPEEDUP_QUANTILE):
-    """Half-width of the q-quantile's confidence interval over the quantile."""
+def quantile_with_ci(times, q=SPEEDUP_QUANTILE):
+    """(the q-quantile, its quantile_ci low, high) of times; None for fewer
+    than 6 (no interval yet)."""
     if len(times) < 6:
-        return float("inf")
+        return None
     s = sorted(times)
-    value = _percentile(s, q)
     lo, hi = quantile_ci(s, q)
-    return (hi - lo) / (2.0 * value) if value > 0 else float("inf")
+    return _percentile(s, q), lo, hi
+
+
+def speedup_relative_ci(reference, candidate):
+    """Half-width of the speedup's interval over the speedup, from each side's
+    (lower quartile, its interval's low, high) as quantile_with_ci gives them,
+    the way kboxd reports the interval (result_mapper.cc: reference low over
+    candidate high to reference high over candidate low). inf when either is
+    None or not positive."""
+    if reference is None or candidate is None or min(min(reference), min(candidate)) <= 0:
+        return float("inf")
+    ref_q, ref_lo, ref_hi = reference
+    cand_q, cand_lo, cand_hi = candidate
+    return (ref_hi / cand_lo - ref_lo / cand_hi) / (2.0 * ref_q / cand_q)
 
 
 def stats(times, method):
