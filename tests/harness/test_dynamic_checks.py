@@ -1,6 +1,7 @@
 """The run stage's dynamic anti-cheat checks (run.* rules), each caught by a
 small pure-Python candidate (no extension build), as kboxd runs the stage."""
 import os
+import sys
 
 from test_stages import Job, _check
 
@@ -41,7 +42,8 @@ def test_work_skipped_only_in_the_late_timed_rounds_is_caught(tmp_path):
     # Honest through the trials and the first ~100 timed rounds, then wrong
     # and fast: the spot checks go on to the last round (capped at 24, they
     # had run out by then, and this candidate passed every check).
-    report = _check(_run(tmp_path, "cand_dyn_late_skip.py", performance_trials=20), "OK")
+    # Without a precision to stop at, the rounds run to their cap (200).
+    report = _check(_run(tmp_path, "cand_dyn_late_skip.py", performance_trials=20, speedup_precision=0), "OK")
     assert report["candidate_timing"]["count"] > 110
     assert "run.timed-output-mismatch" in _rules(report)
 
@@ -259,3 +261,52 @@ def test_the_op_trace_does_not_import_dynamo():
     out = subprocess.run([sys.executable, "-c", code], cwd=harness, capture_output=True, text=True, check=True)
     assert out.stdout.split()[-1] == "False", out.stdout + out.stderr
     assert "'mul'" in out.stdout, out.stdout
+
+
+class _ScriptedGroup(object):
+    """A candidate cgroup whose CPU time grows by the next scripted
+    milliseconds over each idle window (boundary.CandidateCgroup's cpu_ns,
+    threads)."""
+
+    def __init__(self, busy_ms):
+        self._busy_ms = list(busy_ms)
+        self._ns = 0
+        self._in_window = False
+
+    def cpu_ns(self):
+        if self._in_window:
+            self._ns += int(self._busy_ms.pop(0) * 1e6)
+        self._in_window = not self._in_window
+        return self._ns
+
+    def threads(self):
+        return 3
+
+
+def _idle_checks(busy_ms):
+    """The findings of RunStage._idle_check after calls whose windows saw
+    busy_ms of the process's CPU each."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "worker", "harness"))
+    from kbox_harness import dynamic_checks, run_stage
+    judge = run_stage.RunStage.__new__(run_stage.RunStage)
+    judge.cgroup, judge.phase_ms = _ScriptedGroup(busy_ms), {}
+    judge.findings = dynamic_checks.Findings()
+    judge._idle_suspect, judge._idle_confirmations_left = None, 0
+    for _ in busy_ms:
+        judge._idle_check()
+    return [v["message"] for v in judge.findings.verdicts() if v["rule_id"] == "run.background-work"]
+
+
+def test_one_busy_idle_window_is_confirmed_on_the_next_calls_before_it_is_a_finding():
+    # A core busy over one window (an honest process's garbage collection or
+    # its reply's end delayed by a loaded host), idle after the next two
+    # calls: no finding. Busy again within those two: the finding, with both.
+    assert _idle_checks([3.0, 0.0, 0.0]) == []
+    assert _idle_checks([3.0]) == []
+    found = _idle_checks([3.0, 0.0, 2.9])
+    assert len(found) == 1 and "and after a later call" in found[0] and "3 threads" in found[0]
+    # A suspicion not confirmed is forgotten: a later single busy window
+    # starts over.
+    assert _idle_checks([3.0, 0.0, 0.0, 3.0, 0.0, 0.0]) == []
+    assert len(_idle_checks([0.0, 3.0, 3.0])) == 1

@@ -58,6 +58,7 @@ class Job(object):
             "correctness_trials": 3,
             "measure_performance": True,
             "performance_trials": 5,
+            "speedup_precision": 0.05,  # kboxd's default
             "warmup_calls": 2,
             "max_log_bytes": 16384,
             # kboxd's default: the candidate's outputs cross shared memory.
