@@ -28,7 +28,7 @@ _MAX_CALLS_FACTOR = 10
 # Compared timed outputs before the rounds may stop early: a candidate that
 # skips its work on the quarter of its calls that would own the lower
 # quartile is caught with probability 1 - 0.75^24 = 99.9 % (timing.py,
-# SPEEDUP_QUANTILE). At _SPOT_CHECK_SHARE that takes about 90 rounds.
+# SPEEDUP_QUANTILE). At _SPOT_CHECK_SHARE that takes about 46 rounds.
 _MIN_SPOT_CHECKS = 24
 # Calibration rounds time the reference too when its call takes at most this
 # long (longer calls dwarf what the outside clock's calibration can miss).
@@ -40,7 +40,14 @@ _IDLE_CHECKS = 3
 # each call, in every round to the last. Never capped: a candidate that knew
 # when the checks run out could answer honestly until then, skip its work in
 # the rounds after, and own the lower quartile speedup is computed from.
-_SPOT_CHECK_SHARE = 0.25
+# Half, not a quarter: the rounds end once _MIN_SPOT_CHECKS were made, and a
+# check (~5.5 ms on an H200) costs less than the rounds a quarter would add
+# (~8.6 ms each): 46 rounds instead of 90 for the same 24 checks.
+_SPOT_CHECK_SHARE = 0.5
+# The share of the uncovered calls (_uncovered_call) compared likewise: they
+# only feed timing.hidden_by_cover, never the speedup, and each check costs a
+# reference call of its own.
+_UNCOVERED_CHECK_SHARE = 0.25
 _OVERHEAD_CALLS = 12      # empty rounds that calibrate the outside clock
 _OVERHEAD_EVERY = 8       # and one more after every this many timed rounds
 # Rounds that confirm a disagreement of the two clocks before it is a
@@ -272,7 +279,7 @@ class TimingRounds(object):
             raise judging.ClientFailed(CANDIDATE, message="candidate's process sent no time for a timed call")
         uncovered[0].append(ms)
         uncovered[1].append(host)
-        if self.rng.random() >= _SPOT_CHECK_SHARE:
+        if self.rng.random() >= _UNCOVERED_CHECK_SHARE:
             return
         ref_in = inputs.clone(y)  # y stays as drawn, for the rounding allowance
         ref_out = self.call(self.forward, ref_model, ref_in)
