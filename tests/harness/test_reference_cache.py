@@ -63,11 +63,10 @@ def test_settled_is_the_quartile_interval_within_one_percent():
 
 def test_the_cache_bound_comes_from_the_spec(tmp_path):
     # A bound of 50 % (looser than config allows, to make this certain on
-    # any host): the live figure is offered whenever both sides settle to it.
+    # any host): the live figure is offered whenever the reference's lower
+    # quartile settles to it, the figure stored.
     report, _ = _run(tmp_path, fresh_reference_timing=True, reference_cache_max_relative_ci=0.5)
-    both = judge_cached_timing.settled(report["reference_timing"], 0.5) and \
-        judge_cached_timing.settled(report["candidate_timing"], 0.5)
-    assert both, report
+    assert judge_cached_timing.settled(report["reference_timing"], 0.5), report
     assert report["reference_for_cache"]["input_signature"] == _signature()
 
 

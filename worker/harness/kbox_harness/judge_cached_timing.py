@@ -15,7 +15,7 @@ at or above it (a candidate claiming to beat the reference, where rewards
 are earned) both are timed live, interleaved, as without a cache
 (judge_timing.TimingRounds._measure).
 
-A live measurement whose lower quartiles both settled (to the StageSpec's
+A live measurement whose reference lower quartile settled (to the StageSpec's
 reference_cache_max_relative_ci, 1 % by default) is offered back to
 kboxd (StageReport.reference_for_cache) with the input signature.
 """
@@ -111,8 +111,12 @@ class CachedReferenceTiming(object):
         self._measure(ref_model, get_inputs, reference_warm=not usable)
         ref = self.report["reference_timing"]
         ref["source"] = SOURCE_LIVE
-        limit = spec.reference_cache_max_relative_ci
-        if signature and settled(ref, limit) and settled(self.report["candidate_timing"], limit):
+        # The reference's figure is what is stored, so its own interval
+        # decides; the candidate's says nothing about it (and with the rounds
+        # ending at the speedup's precision it rarely reaches 1 %: only 45 of
+        # 129 jobs on an H200 found an entry when both had to settle, 120 of
+        # 152 before).
+        if signature and settled(ref, spec.reference_cache_max_relative_ci):
             self.report["reference_for_cache"] = {"timing": dict(ref), "input_signature": signature}
 
     def _measure_candidate_alone(self, ref_model, get_inputs):
