@@ -117,8 +117,8 @@ def _relative_ci(timing):
 
 
 def _settled(timing):
-    """The judge's rule for offering a live figure (lower quartile to the
-    configured bound)."""
+    """The judge's rule for offering a live figure (the reference's lower
+    quartile to the configured bound)."""
     return _relative_ci(timing) <= MAX_RELATIVE_CI
 
 
@@ -137,11 +137,11 @@ def test_same_reference_is_timed_live_then_taken_from_the_cache(daemon_with_cach
         live = d.evaluate(payload)
         assert live["status"] == "CORRECT", describe(live)
         assert live["reference_timing"]["source"] == "live", describe(live)
-        seen.append([_relative_ci(live[k]) for k in ("reference_timing", "candidate_timing")])
-        if _settled(live["reference_timing"]) and _settled(live["candidate_timing"]):
+        seen.append(_relative_ci(live["reference_timing"]))
+        if _settled(live["reference_timing"]):
             stored = live
             break
-    assert stored is not None, "no live run settled in four tries (relative CIs %s)" % seen
+    assert stored is not None, "no live reference figure settled in four tries (relative CIs %s)" % seen
     assert d.metric("kbox_reference_cache_entries") == 1
 
     cached = d.evaluate(payload)
