@@ -48,7 +48,7 @@ Evaluator::Clock::time_point AtNs(int64_t ns) {
 
 // How long a stage had its device: from when the device began waiting for
 // it (its set-up, with no other stage ready; else the turn) to the turn
-// handed over (the judge's 'e', when `hand_over` is on) or, without that,
+// handed over (the judge's DONE_WITH_DEVICE, when `hand_over` is on) or, without that,
 // now (the stage's end).
 double TurnHeldMs(const TurnGate& gate) {
   const int64_t done = gate.done_with_device_ns();
@@ -724,16 +724,16 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
     const auto open_notes = [&] {
       TurnGate* const g = gate.get();
       return gate->OpenNotes(notes_path, judge_uid, judge_gid,
-                             [&turn, g](char note) {
-        if (note == 'r') {
+                             [&turn, g](v1::DeviceTurnNote note) {
+        if (note == v1::SET_UP_DONE) {
           turn->SetUpDone();
-        } else if (note == 'q') {
+        } else if (note == v1::QUIET_ASKED) {
           turn->AskQuiet([g] { g->GiveQuiet(); });
-        } else if (note == 'd') {
+        } else if (note == v1::QUIET_OVER) {
           turn->EndQuiet();
-        } else if (note == 'e') {
+        } else if (note == v1::DONE_WITH_DEVICE) {
           // Done with the device: its verdict needs no device probe (the
-          // judge sends 'e' only for a correct or incorrect candidate) and
+          // judge sends it only for a correct or incorrect candidate) and
           // the candidate's process is gone. If kboxd still finds something
           // to probe for at the stage's end, the probe runs beside the next
           // holder's correctness trials; the next holder's timing waits for
@@ -785,7 +785,7 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
     const auto started = Clock::now();
     TurnGate* const gate_ptr = gate.get();
     // A stage prepared ahead counts as setting up on the device until its
-    // judge's 'r'; Enqueue waits while the holder times (device_turns.h).
+    // judge's SET_UP_DONE; Enqueue waits while the holder times (device_turns.h).
     // The turn is given once: a stage run again below holds it already.
     turn.emplace(turns.Enqueue(
         slot,

@@ -151,7 +151,7 @@ void ApplyAbnormalEnd(const StageOutcome& s, v1::Phase phase, EvaluateResult& r,
         std::to_string(limit_s) + " s); every process of the job was killed";
     if (p.timed_out_setting_up && !reference) {
       // No candidate code runs before set-up is over (it waits for the
-      // turn's byte and the judge's 'r'), whatever process last spoke.
+      // turn's TURN_GIVEN and the judge's SET_UP_DONE), whatever process last spoke.
       Set(r, v1::INFRA_ERROR, msg + " while kbox's harness set it up");
       cause.infra = InfraCause::kHarnessTimeout;
       cause.device_suspect = run_stage;

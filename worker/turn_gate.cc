@@ -60,7 +60,7 @@ std::optional<std::string> TurnGate::Open(const std::filesystem::path& path,
 std::optional<std::string> TurnGate::OpenNotes(const std::filesystem::path& path,
                                                std::optional<uid_t> owner_uid,
                                                std::optional<gid_t> owner_gid,
-                                               std::function<void(char)> on_note) {
+                                               std::function<void(v1::DeviceTurnNote)> on_note) {
   if (auto error = MakeFifo(path, owner_uid, owner_gid, notes_fd_, notes_path_)) return error;
   int wake[2];
   if (::pipe2(wake, O_CLOEXEC | O_NONBLOCK) != 0) return std::string("pipe2: ") + std::strerror(errno);
@@ -79,9 +79,14 @@ std::optional<std::string> TurnGate::OpenNotes(const std::filesystem::path& path
       if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
       if (n <= 0) return;  // Cannot happen while this end holds the FIFO open.
       for (ssize_t i = 0; i < n; ++i) {
-        if (notes[i] == 'r' && set_up_done_ns_.load() == 0) set_up_done_ns_.store(NowNs());
-        if (notes[i] == 'e' && done_with_device_ns_.load() == 0) done_with_device_ns_.store(NowNs());
-        on_note(notes[i]);
+        const int byte = static_cast<unsigned char>(notes[i]);
+        if (byte == 0 || !v1::DeviceTurnNote_IsValid(byte)) continue;
+        const auto note = static_cast<v1::DeviceTurnNote>(byte);
+        if (note == v1::SET_UP_DONE && set_up_done_ns_.load() == 0) set_up_done_ns_.store(NowNs());
+        if (note == v1::DONE_WITH_DEVICE && done_with_device_ns_.load() == 0) {
+          done_with_device_ns_.store(NowNs());
+        }
+        on_note(note);
       }
     }
   });
@@ -98,7 +103,7 @@ void TurnGate::StopNotes() {
 void TurnGate::GiveQuiet() {
   std::lock_guard lock(mu_);
   if (fd_.get() < 0 || !given()) return;
-  const char quiet = 'q';
+  const char quiet = static_cast<char>(v1::QUIET_GIVEN);
   (void)!::write(fd_.get(), &quiet, 1);
 }
 
@@ -107,7 +112,7 @@ void TurnGate::Give() {
   if (fd_.get() < 0 || withdrawn_.load() || given()) return;
   granted_ns_.store(NowNs());
   // One byte into an empty pipe of 64 KiB: never blocks, never short.
-  const char go = 'g';
+  const char go = static_cast<char>(v1::TURN_GIVEN);
   (void)!::write(fd_.get(), &go, 1);
 }
 

@@ -18,6 +18,7 @@
 #include <string>
 #include <thread>
 
+#include "kbox/v1/harness.pb.h"
 #include "worker/unique_fd.h"
 
 namespace kbox {
@@ -37,23 +38,21 @@ class TurnGate {
                                   std::optional<uid_t> owner_uid = std::nullopt,
                                   std::optional<gid_t> owner_gid = std::nullopt);
 
-  // The judge's notes to kboxd, through a second FIFO at `path` that it
-  // writes: 'r' its set-up on the device is over, 'q' it asks for the
-  // device to itself before timing, 'd' its timing is over, 'e' it is done
-  // with the device: the candidate's process is gone (DeviceTurns::HandOver).
-  // A thread of this gate reads them and calls `on_note` for each byte
-  // until StopNotes (or the destructor).
+  // The judge's notes to kboxd (v1::DeviceTurnNote, one byte each),
+  // through a second FIFO at `path` that it writes. A thread of this gate
+  // reads them and calls `on_note` for each, until StopNotes (or the
+  // destructor); a byte that is no DeviceTurnNote is skipped.
   std::optional<std::string> OpenNotes(const std::filesystem::path& path,
                                        std::optional<uid_t> owner_uid, std::optional<gid_t> owner_gid,
-                                       std::function<void(char)> on_note);
+                                       std::function<void(v1::DeviceTurnNote)> on_note);
   // Joins the notes' reader; on_note is not called after it returns.
   void StopNotes();
 
   // The turn is the job's: stores the time (steady_clock, ns since its
   // epoch; the stage's wall limit counts from it) and writes the byte.
   void Give();
-  // The device is the holder's alone while it times: writes 'q' (after
-  // the turn's 'g') into the turn FIFO.
+  // The device is the holder's alone while it times: writes QUIET_GIVEN
+  // (after the turn's TURN_GIVEN) into the turn FIFO.
   void GiveQuiet();
   // No turn after all: closes kboxd's end. Once only; Give after it, or it
   // after Give, does nothing.
@@ -76,10 +75,10 @@ class TurnGate {
   // 0 until Give.
   const std::atomic<int64_t>* granted_ns() const { return &granted_ns_; }
   bool given() const { return granted_ns_.load() != 0; }
-  // 0 until the judge's first 'r' note (its set-up is over): then its time,
+  // 0 until the judge's first SET_UP_DONE note (its set-up is over): then its time,
   // as granted_ns. Stored before on_note sees the note.
   const std::atomic<int64_t>* set_up_done_ns() const { return &set_up_done_ns_; }
-  // 0 until the judge's first 'e' note (done with the device), then its
+  // 0 until the judge's first DONE_WITH_DEVICE note (done with the device), then its
   // time, as granted_ns.
   int64_t done_with_device_ns() const { return done_with_device_ns_.load(); }
   bool withdrawn() const { return withdrawn_.load(); }

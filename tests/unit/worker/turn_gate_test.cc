@@ -105,9 +105,9 @@ TEST_F(TurnGateTest, NotesReachTheCallbackInOrderUntilStopped) {
   std::mutex mu;
   std::condition_variable cv;
   std::string notes;
-  ASSERT_FALSE(gate.OpenNotes(dir_ / "notes", std::nullopt, std::nullopt, [&](char note) {
+  ASSERT_FALSE(gate.OpenNotes(dir_ / "notes", std::nullopt, std::nullopt, [&](v1::DeviceTurnNote note) {
                      std::lock_guard lock(mu);
-                     notes += note;
+                     notes += static_cast<char>(note);
                      cv.notify_all();
                    })
                    .has_value());
@@ -115,7 +115,7 @@ TEST_F(TurnGateTest, NotesReachTheCallbackInOrderUntilStopped) {
   const int writer = ::open((dir_ / "notes").c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
   ASSERT_GE(writer, 0);
   ASSERT_EQ(::write(writer, "rq", 2), 2);
-  ASSERT_EQ(::write(writer, "d", 1), 1);
+  ASSERT_EQ(::write(writer, "xd", 2), 2);  // 'x' is no DeviceTurnNote: skipped.
   {
     std::unique_lock lock(mu);
     ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(10), [&] { return notes.size() == 3; }));

@@ -23,6 +23,14 @@ _PRECISIONS = {0: "PRECISION_UNSPECIFIED", 1: "PRECISION_FP32", 2: "PRECISION_FP
 # The daemon's defaults, for a spec that leaves a field out (kboxd writes
 # every one; the harness's own tests do not). config.proto's max_log_bytes.
 DEFAULT_MAX_LOG_BYTES = 16 * 1024
+# The device turn's bytes (harness.proto's DeviceTurnSignal and
+# DeviceTurnNote; tests/harness/test_protocol.py holds them to it).
+TURN_GIVEN = b"g"        # kboxd: the device is this stage's
+QUIET_GIVEN = b"q"       # kboxd: no other stage starts CUDA until QUIET_OVER
+SET_UP_DONE = b"r"       # judge: set-up on the device over
+QUIET_ASKED = b"q"       # judge: the device to itself before timing
+QUIET_OVER = b"d"        # judge: timing over
+DONE_WITH_DEVICE = b"e"  # judge: the candidate's process gone, no probe needed
 # EvaluateRequest's correctness_trials default (evaluation.proto).
 DEFAULT_CORRECTNESS_TRIALS = 5
 # config.proto's live_recheck_speedup default.
@@ -102,7 +110,7 @@ class StageSpec(object):
         # Bytes of shared memory for the candidate's outputs (exchange.Arena);
         # 0: files. proto3 JSON writes a uint64 as a string.
         self.exchange_arena_bytes = _int(d.get("exchange_arena_bytes"))
-        # Note b"e" when done with the device (run_stage._hand_over_turn).
+        # Note DONE_WITH_DEVICE when done with it (run_stage._hand_over_turn).
         self.hand_over_turn = bool(d.get("hand_over_turn", False))
         # The stage run again after set_up_again: a set-up failure is final.
         self.run_again = bool(d.get("run_again", False))

@@ -21,7 +21,7 @@ import torch
 
 from . import (boundary, candidate_worker, channel, compare, crossing, dynamic_checks, errors,
                exchange, fingerprint, inputs, modules, native_check, sanitize, strict_filter, timing)
-from . import candidate_import, judge_cached_timing, judge_timing, judging, rounding, stage
+from . import candidate_import, judge_cached_timing, judge_timing, judging, protocol, rounding, stage
 from .protocol import CANDIDATE, HARNESS, REFERENCE
 
 _DTYPES = {"PRECISION_FP16": torch.float16, "PRECISION_BF16": torch.bfloat16}
@@ -607,7 +607,7 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
     def _set_up_again(self, e):
         """Before the turn another job holds the device (and may have filled
         its memory): kboxd runs the stage again, holding it."""
-        self._note(b"r")
+        self._note(protocol.SET_UP_DONE)
         self._await_turn()
         self.pipe.enter(HARNESS)
         self.report.update(outcome="HARNESS_FAILED", set_up_again=True, message=errors.one_line(
@@ -629,8 +629,9 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
             raise judging.StageEnd()
 
     def _note(self, note):
-        """One byte to kboxd (StageSpec.device_notes_path): b"r" set-up on
-        the device is over, b"q" quiet asked, b"d" quiet over."""
+        """One byte to kboxd (StageSpec.device_notes_path): a
+        protocol.DeviceTurnNote (SET_UP_DONE, QUIET_ASKED, QUIET_OVER,
+        DONE_WITH_DEVICE)."""
         if self.notes_fd is not None:
             os.write(self.notes_fd, note)
 
@@ -660,7 +661,7 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
             self._timed("hand_over", t0)
 
     def _hand_over_turn(self, before_reap=False):
-        """b"e" to kboxd, after _give_back_for_hand_over: this stage is done
+        """DONE_WITH_DEVICE to kboxd, after _give_back_for_hand_over: this stage is done
         with the device, so the next job's turn may start while this stage's
         processes exit; kboxd waits for that exit before any holder's timing
         (docs/run-stages-ahead.md). Sent once the killed candidate's process
@@ -668,7 +669,7 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         down if the device has at least _EARLY_HAND_OVER_FREE_SHARE of its
         memory free: a dying process's memory only shrinks, so the next
         job's trials cannot run out of memory for want of it. True when
-        b"e" was sent."""
+        DONE_WITH_DEVICE was sent."""
         reaped = self.child.exit_status(wait=False) is not None
         if not reaped and not (before_reap and self.device.type == "cuda"):
             return False
@@ -676,7 +677,7 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         try:
             if not reaped and not _mostly_free(*torch.cuda.mem_get_info(self.device)):
                 return False
-            self._note(b"e")
+            self._note(protocol.DONE_WITH_DEVICE)
             return True
         except Exception:  # noqa: BLE001  (the turn then passes at the stage's end)
             return False
@@ -686,16 +687,17 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
     def _timing_alone(self, measure):
         """Runs measure() with the device to this stage alone: no stage
         prepared ahead is starting CUDA on it meanwhile (kboxd answers the
-        b"q" note once none is, and starts none until b"d"). Without a turn
+        QUIET_ASKED note with QUIET_GIVEN once none is, and starts none
+        until QUIET_OVER). Without a turn
         (no stages ahead) the device is this stage's anyway."""
         if self.turn_fd is None or self.notes_fd is None:
             return measure()
         t0 = timing.now_ms()
-        self._note(b"q")
+        self._note(protocol.QUIET_ASKED)
         ready, _, _ = select.select([self.turn_fd], [], [], _QUIET_WAIT_S)
         got = os.read(self.turn_fd, 1) if ready else None
         self._timed("quiet_wait", t0)
-        if got != b"q":
+        if got != protocol.QUIET_GIVEN:
             self.report.update(outcome="HARNESS_FAILED", message=(
                 "kboxd did not give the device to this stage alone for timing within %d s"
                 % _QUIET_WAIT_S if got is None else "kboxd closed the device's turn during the stage"))
@@ -703,7 +705,7 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         try:
             return measure()
         finally:
-            self._note(b"d")
+            self._note(protocol.QUIET_OVER)
 
     def _run(self):
         spec = self.spec
@@ -720,7 +722,7 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
                     raise
                 failure = e.exc if isinstance(e, judging.ClientFailed) and e.exc is not None else e
                 self._set_up_again(failure)
-            self._note(b"r")
+            self._note(protocol.SET_UP_DONE)
             self._await_turn()
 
         t_turn = timing.now_ms()  # The device is this job's from here (or from the start).
