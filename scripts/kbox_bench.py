@@ -383,6 +383,13 @@ def jobs_by_gpu(done):
     return counts
 
 
+def speedup_half_width(result):
+    """The half-width of a result's speedup interval over its speedup, or
+    None without one."""
+    speedup, low, high = (result.get(k) or 0.0 for k in ("speedup", "speedup_ci_low", "speedup_ci_high"))
+    return (high - low) / (2.0 * speedup) if speedup > 0 and high > 0 else None
+
+
 def summarise(args, info, records, metrics, baseline, scale_note, baseline_asked):
     """The summary dict. Rates count only evaluated jobs (not CLIENT_ERROR);
     the ratio needs a baseline that finished all baseline_asked jobs correctly."""
@@ -422,6 +429,12 @@ def summarise(args, info, records, metrics, baseline, scale_note, baseline_asked
     hit_overhead = [d(r, "total_ms") - d(r, "run_ms") for r in hits]
     # The same without the wait for a free run slot, which is load, not the cache.
     hit_unqueued = [d(r, "total_ms") - d(r, "run_ms") - d(r, "queue_wait_ms") for r in hits]
+    # How long the timing ran and how precisely it knew the speedup when it
+    # stopped (the rounds end at the job's speedup_precision, or their cap).
+    rounds = [r["result"]["candidate_timing"]["count"] for r in cold
+              if (r["result"].get("candidate_timing") or {}).get("count")]
+    widths = [speedup_half_width(r["result"]) for r in cold]
+    widths = [w for w in widths if w is not None]
     distinct_per_hour = per_hour(len(cold))
     s = {
         "backend": args.backend, "gpus": gpus, "devices_counted": devices,
@@ -446,6 +459,8 @@ def summarise(args, info, records, metrics, baseline, scale_note, baseline_asked
         "device_start_ms": (pct(device_starts, 50), pct(device_starts, 99)) if device_starts else None,
         "turns_waiting_on_set_up": (len(waited), len(set_up_waits)) if set_up_waits else None,
         "turn_set_up_wait_ms": (pct(waited, 50), pct(waited, 99)) if waited else None,
+        "timed_rounds": (pct(rounds, 50), pct(rounds, 99), max(rounds)) if rounds else None,
+        "speedup_half_width": (pct(widths, 50), pct(widths, 90)) if widths else None,
         "busy_fraction": busy, "busy_slots": slots,
         "device_turn_ms_cold": (pct(turn_ms, 50), pct(turn_ms, 99)) if turn_ms else None,
         "cache_hits": len(hits), "cache_hit_rate_all": len(hits) / len(done) if done else None,
@@ -535,6 +550,12 @@ def print_summary(s):
               "turn_start alone p50 %.3f s" % (
             n, of, " (waited p50 %.0f ms, p99 %.0f ms)" % waits if waits else "",
             s["turn_start_ms"][0] / 1000.0))
+    if s.get("timed_rounds"):
+        width = s.get("speedup_half_width")
+        print("timed rounds per job p50 %s, p99 %s, max %s; the speedup's interval, half-width over it, "
+              "p50 %s, p90 %s" % (f(s["timed_rounds"][0], "%.0f"), f(s["timed_rounds"][1], "%.0f"),
+                                 s["timed_rounds"][2], f(width and 100 * width[0], "%.1f %%"),
+                                 f(width and 100 * width[1], "%.1f %%")))
     pc = lambda v: f(None if v is None else 100 * v, "%.0f %%")  # noqa: E731
     print("build cache: %d hits; hit rate %s of evaluated jobs, %s of resubmissions; metrics %s" % (
         s["cache_hits"], pc(s["cache_hit_rate_all"]), pc(s["cache_hit_rate_resubmitted"]), s["metrics"]))

@@ -177,3 +177,19 @@ def test_start_up_is_not_measured_without_phases():
     with contextlib.redirect_stdout(out):
         bench.print_summary(s)
     assert "per-job start-up on the device: not measured" in out.getvalue()
+
+
+def test_timed_rounds_and_the_speedups_precision_are_reported():
+    def timed(job_id, rounds, speedup, low, high):
+        r = record(job_id, 0.0, 40.0, 3000.0)
+        r["result"].update(candidate_timing={"count": rounds}, speedup=speedup,
+                           speedup_ci_low=low, speedup_ci_high=high)
+        return r
+    s = summarise([timed("a", 46, 2.0, 1.9, 2.1), timed("b", 90, 1.0, 0.98, 1.02), record("c", 0.0, 40.0, 3000.0)])
+    assert s["timed_rounds"] == (bench.pct([46, 90], 50), bench.pct([46, 90], 99), 90)
+    assert abs(s["speedup_half_width"][0] - 0.02) < 1e-9 and abs(s["speedup_half_width"][1] - 0.05) < 1e-9
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        bench.print_summary(s)
+    assert "timed rounds per job p50" in out.getvalue() and "max 90" in out.getvalue()
+    assert summarise([record("c", 0.0, 40.0, 3000.0)])["timed_rounds"] is None
