@@ -131,8 +131,8 @@ def test_a_clock_faked_once_per_call_disagrees_with_the_judges_clock(tmp_path):
     # Confirmed on rounds of its own before it became a finding.
     assert "confirmed on" in next(v["message"] for v in report["verdicts"] if v["rule_id"] == "run.timing-mismatch")
     timing = report["candidate_timing"]
-    assert timing["outside_median_ms"] > 4.0
-    assert timing["median_ms"] < timing["outside_median_ms"] - 3.0
+    assert timing["outside_median_ms"] > 16.0
+    assert timing["median_ms"] < timing["outside_median_ms"] - 12.0
 
 
 def test_honest_candidate_agrees_with_the_judges_clock(tmp_path):

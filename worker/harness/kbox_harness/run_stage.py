@@ -708,40 +708,76 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
             self._note(protocol.QUIET_OVER)
 
     def _run(self):
-        spec = self.spec
-        if self.turn_fd is None:
-            Model, get_inputs, get_init_inputs = self._set_up()
-        else:
-            try:
-                Model, get_inputs, get_init_inputs = self._set_up()
-            except Exception as e:
-                if spec.run_again:
-                    # Failed again, holding the device from the start: no
-                    # other job explains it, and it is final (a reference
-                    # that does not import is REFERENCE_ERROR, not kbox's).
-                    raise
-                failure = e.exc if isinstance(e, judging.ClientFailed) and e.exc is not None else e
-                self._set_up_again(failure)
-            self._note(protocol.SET_UP_DONE)
-            self._await_turn()
-
+        """The judge's phases, in order: set-up (ahead of the turn when kboxd
+        prepares stages ahead), the candidate's import, both models, the
+        correctness trials, the second looks, the timing. A phase that ends
+        the stage raises judging.StageEnd or judging.ClientFailed, or (the
+        trials) reports INCORRECT."""
+        Model, get_inputs, get_init_inputs = self._set_up_for_the_turn()
         t_turn = timing.now_ms()  # The device is this job's from here (or from the start).
+        self._import_candidate()
+        ref_model, init = self._build_models(Model, get_init_inputs)
+        # The device's share of this job's start: its turn (or its stage)
+        # until the first trial, the candidate's import and both models' build.
+        self._timed("turn_start", t_turn)
+        first = self._correctness(ref_model, get_inputs)
+        if self._incorrect():
+            return
+        if first is not None:
+            t0 = timing.now_ms()
+            self._second_looks(ref_model, *first)
+            self._timed("dynamic_checks", t0)
+        if self.spec.measure_performance and self.spec.performance_trials > 0:
+            t0 = timing.now_ms()
+            try:
+                self._measure_timing(ref_model, get_inputs, init)
+            finally:
+                self._timed("timing", t0)
+        self.report.update(outcome="OK", message="correct on %d trials" % len(self.trials))
+
+    def _set_up_for_the_turn(self):
+        """_set_up, then, with stages ahead, the notes that it is over and the
+        wait for the turn. (Model, get_inputs, get_init_inputs)."""
+        if self.turn_fd is None:
+            return self._set_up()
+        try:
+            loaded = self._set_up()
+        except Exception as e:
+            if self.spec.run_again:
+                # Failed again, holding the device from the start: no other
+                # job explains it, and it is final (a reference that does not
+                # import is REFERENCE_ERROR, not kbox's).
+                raise
+            failure = e.exc if isinstance(e, judging.ClientFailed) and e.exc is not None else e
+            self._set_up_again(failure)
+        self._note(protocol.SET_UP_DONE)
+        self._await_turn()
+        return loaded
+
+    def _import_candidate(self):
+        """The candidate's module imported in its process; a build that
+        failed there ends the stage (COMPILE_FAILED, or CANDIDATE_VIOLATION
+        when the sandbox refused what it tried)."""
         imported = self.ask(dict({"op": "import"}, **self._audit_roots()))
         self.phase_ms["import_candidate"] = float(imported.get("import_ms") or 0.0)
-        if "compile_failed" in imported:
-            failed = imported["compile_failed"]
-            message = errors.one_line(str(failed.get("message")))
-            denied = self._denied(message)
-            if denied:
-                self.report.update(outcome="CANDIDATE_VIOLATION", message=denied, error={
-                    "type": "SandboxViolation", "message": denied, "phase": "PHASE_RUN",
-                    "traceback": str((failed.get("compile_log") or {}).get("text", "")),
-                    "candidate_line": int((failed.get("compile_log") or {}).get("first_error_line") or 0)})
-            else:
-                self.report.update(outcome="COMPILE_FAILED", message=message,
-                                   compile_log=failed.get("compile_log"))
-            raise judging.StageEnd()
+        if "compile_failed" not in imported:
+            return
+        failed = imported["compile_failed"]
+        message = errors.one_line(str(failed.get("message")))
+        denied = self._denied(message)
+        if denied:
+            self.report.update(outcome="CANDIDATE_VIOLATION", message=denied, error={
+                "type": "SandboxViolation", "message": denied, "phase": "PHASE_RUN",
+                "traceback": str((failed.get("compile_log") or {}).get("text", "")),
+                "candidate_line": int((failed.get("compile_log") or {}).get("first_error_line") or 0)})
+        else:
+            self.report.update(outcome="COMPILE_FAILED", message=message,
+                               compile_log=failed.get("compile_log"))
+        raise judging.StageEnd()
 
+    def _build_models(self, Model, get_init_inputs):
+        """Both models from the same init inputs and seed: (the reference's
+        model here, the init inputs)."""
         t0 = timing.now_ms()
         model_seed = judging.trial_seed(self.seed, "model")
         init = self.call(lambda: (self.seed_all(model_seed), list(get_init_inputs()))[1])
@@ -753,14 +789,16 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
         ref_model = self.call(self.build_model, Model, init, model_seed)
         self.ask({"op": "build", "init": init_where, "model_seed": model_seed})
         self._timed("build_models", t0)
+        return ref_model, init
 
-        # The device's share of this job's start: its turn (or its stage)
-        # until the first trial, the candidate's import and both models' build.
-        self._timed("turn_start", t_turn)
+    def _correctness(self, ref_model, get_inputs):
+        """The seeded trials, into self.trials. (inputs, the candidate's
+        output, atol) of trial 0 when it passed, for the second looks; else
+        None."""
         t0 = timing.now_ms()
-        first = None  # (inputs, its output, atol) of trial 0
+        first = None
         try:
-            for i in range(spec.correctness_trials):
+            for i in range(self.spec.correctness_trials):
                 result, cand_out, atol = self._trial(i, ref_model, get_inputs)
                 self.trials.append(result)
                 if i == 0 and result["passed"]:
@@ -768,29 +806,21 @@ class RunStage(judge_timing.TimingRounds, judge_cached_timing.CachedReferenceTim
                 del cand_out
         finally:
             self._timed("correctness", t0)
+        return first
 
+    def _incorrect(self):
+        """Reports INCORRECT when a trial failed; whether one did."""
         failed = [t for t in self.trials if not t["passed"]]
-        if failed:
-            worst = judging.worst([t["max_abs_diff"] for t in self.trials])
-            message = "%d of %d trials differ; max abs diff %s" % (
-                len(failed), len(self.trials), judging.fmt(worst))
-            reasons = [t["failure"] for t in failed if t.get("failure")]
-            if reasons:
-                message += "; " + reasons[0]
-            self.report.update(outcome="INCORRECT", message=errors.one_line(message))
-            return
-
-        if first is not None:
-            t0 = timing.now_ms()
-            self._second_looks(ref_model, *first)
-            self._timed("dynamic_checks", t0)
-        if spec.measure_performance and spec.performance_trials > 0:
-            t0 = timing.now_ms()
-            try:
-                self._measure_timing(ref_model, get_inputs, init)
-            finally:
-                self._timed("timing", t0)
-        self.report.update(outcome="OK", message="correct on %d trials" % len(self.trials))
+        if not failed:
+            return False
+        worst = judging.worst([t["max_abs_diff"] for t in self.trials])
+        message = "%d of %d trials differ; max abs diff %s" % (
+            len(failed), len(self.trials), judging.fmt(worst))
+        reasons = [t["failure"] for t in failed if t.get("failure")]
+        if reasons:
+            message += "; " + reasons[0]
+        self.report.update(outcome="INCORRECT", message=errors.one_line(message))
+        return True
 
     # -- one correctness trial ------------------------------------------------
     def _trial_inputs(self, i, get_inputs, ref_model):
