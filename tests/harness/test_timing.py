@@ -177,3 +177,10 @@ def test_round_trace_writes_a_json_line_per_round_and_nothing_without_a_path(tmp
     off.write(round=0)
     off.close()
     assert list(tmp_path.iterdir()) == [path]
+
+
+def test_a_reported_timing_gives_the_same_quartile_and_interval_as_its_calls():
+    calls = [1.0 + 0.01 * (i % 7) for i in range(40)]
+    assert timing.reported_quantile(timing.stats(calls, "x")) == timing.quantile_with_ci(calls)
+    assert timing.reported_quantile({"count": 5, "lower_quartile_ms": 1.0}) is None
+    assert timing.reported_quantile({"count": 40, "lower_quartile_ms": 1.0}) is None  # no interval

@@ -61,10 +61,10 @@ def input_signature(forward_inputs, init_inputs):
 def settled(stats, max_relative_ci=0.01):
     """Whether a Timing dict's lower quartile is known to max_relative_ci
     (by default 1 %), from the reported figures."""
-    lq = stats.get("lower_quartile_ms") or 0.0
-    lo, hi = stats.get("lower_quartile_ci_low_ms"), stats.get("lower_quartile_ci_high_ms")
-    if lq <= 0 or lo is None or hi is None or stats.get("count", 0) < 6:
+    known = timing.reported_quantile(stats)
+    if known is None or known[0] <= 0:
         return False
+    lq, lo, hi = known
     return (hi - lo) / (2.0 * lq) <= max_relative_ci
 
 
@@ -135,10 +135,7 @@ class CachedReferenceTiming(object):
         overhead = self._calibrate(clock, get_inputs)
         cand_times, outside, outran, uncovered = [], [], 0, ([], [])
         checks = 0  # timed outputs compared
-        cached = spec.cached_reference["timing"]
-        reference = (judging.number(cached.get("lower_quartile_ms")) or 0.0,
-                     judging.number(cached.get("lower_quartile_ci_low_ms")) or 0.0,
-                     judging.number(cached.get("lower_quartile_ci_high_ms")) or 0.0)
+        reference = timing.reported_quantile(spec.cached_reference["timing"])
         idle_checks = self._idle_check_rounds()
         started = timing.now_ms()
         max_calls = max(spec.performance_trials, judge_timing._MAX_CALLS_FACTOR * spec.performance_trials)
@@ -161,7 +158,7 @@ class CachedReferenceTiming(object):
                 self._uncovered_call(ref_model, get_inputs, uncovered, j)
             if j % judge_timing._OVERHEAD_EVERY == judge_timing._OVERHEAD_EVERY - 1:
                 overhead.append(self._empty_round(clock))
-            if self._timing_done(j + 1, checks, started, lambda: reference, cand_times):
+            if self._timing_done(j + 1, checks, started, reference, cand_times):
                 break
         self._summed("timing_rounds", started)
         method = timing.METHOD_CUDA if self.device.type == "cuda" else timing.METHOD_CPU

@@ -157,8 +157,7 @@ class TimingRounds(object):
                 overhead.append(self._empty_round(clock))
                 steps.lap("empty_round")
             trace.write(steps_ms=steps.laps, **record)
-            if self._timing_done(j + 1, checks, started, lambda: timing.quantile_with_ci(ref_times),
-                                 cand_times):
+            if self._timing_done(j + 1, checks, started, timing.quantile_with_ci(ref_times), cand_times):
                 break
         self._summed("timing_rounds", started)
         trace.close()
@@ -181,8 +180,8 @@ class TimingRounds(object):
         timed outputs compared: at least performance_trials rounds, then at
         the budget, or once _MIN_SPOT_CHECKS outputs were compared and the
         speedup is known to the job's speedup_precision (0: never early).
-        reference: a function giving the reference's (lower quartile, low,
-        high) (timing.quantile_with_ci), called only when it is needed."""
+        reference: the reference's (lower quartile, low, high)
+        (timing.quantile_with_ci), or None when not known yet."""
         spec = self.spec
         if rounds < spec.performance_trials:
             return False
@@ -190,7 +189,7 @@ class TimingRounds(object):
             return True
         if spec.speedup_precision <= 0 or checks < _MIN_SPOT_CHECKS:
             return False
-        within = timing.speedup_relative_ci(reference(), timing.quantile_with_ci(cand_times))
+        within = timing.speedup_relative_ci(reference, timing.quantile_with_ci(cand_times))
         return within <= spec.speedup_precision
 
     def _outside_disagrees(self, cand_times, outside, overhead, clock, get_inputs, reference):

@@ -311,6 +311,17 @@ def quantile_with_ci(times, q=SPEEDUP_QUANTILE):
     return _percentile(s, q), lo, hi
 
 
+def reported_quantile(stats):
+    """(lower quartile, its interval's low, high) from a kbox.v1.Timing
+    dict, as quantile_with_ci gives them from the calls; None for fewer
+    than 6 calls or a figure missing."""
+    keys = ("lower_quartile_ms", "lower_quartile_ci_low_ms", "lower_quartile_ci_high_ms")
+    values = [stats.get(k) for k in keys]
+    if stats.get("count", 0) < 6 or any(not isinstance(v, (int, float)) for v in values):
+        return None
+    return tuple(float(v) for v in values)
+
+
 def speedup_relative_ci(reference, candidate):
     """Half-width of the speedup's interval over the speedup, from each side's
     (lower quartile, its interval's low, high) as quantile_with_ci gives them,
