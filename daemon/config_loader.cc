@@ -66,7 +66,6 @@ boost::system::result<v1::DaemonConfig, FieldError> ApplyConfigDefaults(v1::Daem
   if (c.compile_workers() == 0) c.set_compile_workers(cores);
   if (c.cpu_run_slots() == 0) c.set_cpu_run_slots(1);
   if (!c.has_infra_retries()) c.set_infra_retries(1);
-  if (!c.has_run_stages_ahead()) c.set_run_stages_ahead(1);
   if (!c.has_exchange_arena_mib()) c.set_exchange_arena_mib(1024);
   if (c.compile_time_limit_s() == 0) c.set_compile_time_limit_s(300);
   if (c.default_time_limit_s() == 0) c.set_default_time_limit_s(120);
@@ -335,6 +334,11 @@ boost::system::result<CommandLine, FieldError> ParseCommandLine(int argc,
     for (const auto& b : backends) c.add_backends(b);
   }
   return cl;
+}
+
+uint32_t RunStagesAhead(const v1::DaemonConfig& config, bool gpu) {
+  if (config.has_run_stages_ahead()) return config.run_stages_ahead();
+  return gpu ? 2 : 1;
 }
 
 }  // namespace kbox

@@ -32,4 +32,10 @@ boost::system::result<v1::DaemonConfig, FieldError> ParseConfigText(const std::s
 boost::system::result<v1::DaemonConfig, FieldError> ApplyConfigDefaults(v1::DaemonConfig config,
                                                                         unsigned cores);
 
+// Run stages per device that prepare ahead of their turn: the configured
+// run_stages_ahead, or when it is absent 2 on a GPU (where each stage's CUDA
+// start takes seconds and one stage ahead left the device waiting for it) and
+// 1 on a CPU run slot (whose stages start no CUDA). docs/run-stages-ahead.md.
+uint32_t RunStagesAhead(const v1::DaemonConfig& config, bool gpu);
+
 }  // namespace kbox

@@ -11,6 +11,7 @@
 #include <random>
 #include <system_error>
 
+#include "daemon/config_loader.h"
 #include "daemon/result_mapper.h"
 #include "daemon/static_verdicts.h"
 #include "daemon/version.h"
@@ -194,8 +195,8 @@ Evaluator::Evaluator(const v1::DaemonConfig& config, HostInfo host, std::vector<
                               .build_jobs = std::max(1u, config.compile_workers())},
               sandbox.settings),
       compile_slots_(SlotPool::Anonymous(config.compile_workers())),
-      cpu_slots_(Lanes(Indices(config.cpu_run_slots()), config.run_stages_ahead())),
-      gpu_slots_(Lanes(gpus, config.run_stages_ahead())),
+      cpu_slots_(Lanes(Indices(config.cpu_run_slots()), RunStagesAhead(config, /*gpu=*/false))),
+      gpu_slots_(Lanes(gpus, RunStagesAhead(config, /*gpu=*/true))),
       device_health_(
           gpu_slots_,
           [this](uint32_t gpu) {
@@ -252,7 +253,7 @@ void Evaluator::EnablePrefork() {
     // each stage's successor starts beside it (single use, docs/prefork.md).
     std::vector<std::string> lanes;
     for (uint32_t g : gpus_) {
-      for (uint32_t k = 0; k <= config_.run_stages_ahead(); ++k) {
+      for (uint32_t k = 0; k <= RunStagesAhead(config_, /*gpu=*/true); ++k) {
         lanes.push_back(LaneName::Of("gpu" + std::to_string(g), k));
       }
     }
@@ -742,7 +743,8 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
         }
       });
     };
-    if (config_.run_stages_ahead() > 0) {
+    const uint32_t stages_ahead = RunStagesAhead(config_, gpu_backend);
+    if (stages_ahead > 0) {
       gate = std::make_unique<TurnGate>();
       if (auto error = gate->Open(turn_path, judge_uid, judge_gid)) {
         gate_failed(*error);
@@ -759,7 +761,7 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
       placement.set_up_limit = std::chrono::seconds(config_.run_set_up_limit_s());
       // Each stage ahead may run to the longest time limit, plus its probe.
       placement.turn_wait_limit =
-          std::chrono::seconds((config_.max_time_limit_s() + 60) * config_.run_stages_ahead());
+          std::chrono::seconds((config_.max_time_limit_s() + 60) * stages_ahead);
     }
     // A holder's quiet pauses this stage while it sets up, rather than
     // waiting for it (device_turns.h).

@@ -135,19 +135,23 @@ TEST(ConfigLoaderTest, InfraRetriesDefaultsToOneAndZeroTurnsThemOff) {
   EXPECT_EQ(config->infra_retries(), 0u);
 }
 
-TEST(ConfigLoaderTest, RunStagesAheadDefaultsToOneAndTheFlagSetsIt) {
+TEST(ConfigLoaderTest, RunStagesAheadDefaultsToTwoPerGpuAndOnePerCpuSlotAndTheFlagSetsBoth) {
   auto config = ApplyConfigDefaults(v1::DaemonConfig(), 4);
   ASSERT_TRUE(config);
-  EXPECT_EQ(config->run_stages_ahead(), 1u);
+  EXPECT_FALSE(config->has_run_stages_ahead());
+  EXPECT_EQ(RunStagesAhead(*config, /*gpu=*/true), 2u);
+  EXPECT_EQ(RunStagesAhead(*config, /*gpu=*/false), 1u);
   const auto off = Parse({"--run-stages-ahead", "0"});
   ASSERT_TRUE(off) << off.error().message;
   config = ApplyConfigDefaults(off->config, 4);
   ASSERT_TRUE(config);
   EXPECT_TRUE(config->has_run_stages_ahead());
-  EXPECT_EQ(config->run_stages_ahead(), 0u);
-  const auto two = Parse({"--run-stages-ahead", "2"});
-  ASSERT_TRUE(two) << two.error().message;
-  EXPECT_EQ(two->config.run_stages_ahead(), 2u);
+  EXPECT_EQ(RunStagesAhead(*config, /*gpu=*/true), 0u);
+  EXPECT_EQ(RunStagesAhead(*config, /*gpu=*/false), 0u);
+  const auto three = Parse({"--run-stages-ahead", "3"});
+  ASSERT_TRUE(three) << three.error().message;
+  EXPECT_EQ(RunStagesAhead(three->config, /*gpu=*/true), 3u);
+  EXPECT_EQ(RunStagesAhead(three->config, /*gpu=*/false), 3u);
 }
 
 // Switches whose A/B is decided are gone: a config or command line that
