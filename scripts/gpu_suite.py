@@ -37,14 +37,16 @@ GPU_CASES = os.path.join(REPO, "tests", "gpu", "cases")
 FEW_SHOT = ["add", "fuse_gelu", "tiled_matmul", "mnist2", "flash_attn"]
 
 
-def start_daemon(work_dir, python, stderr=None, extra_args=()):
+def start_daemon(work_dir, python, stderr=None, extra_args=(), cpus=None):
     """Starts kboxd; returns (process, URL). stderr: where kboxd's log goes
-    (default this process's stderr); extra_args: more kboxd flags."""
+    (default this process's stderr); extra_args: more kboxd flags; cpus: the
+    CPUs it and every process it starts may run on (default: this one's)."""
     bin_dir = os.environ.get("KBOX_BIN_DIR") or os.path.join(REPO, "build", "bin")
     cmd = [os.path.join(bin_dir, "kboxd"), "--listen", "127.0.0.1:0",
            "--work-dir", work_dir, "--python", python] + list(extra_args)
+    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=sys.stderr if stderr is None else stderr,
-                            text=True)
+                            text=True, preexec_fn=pin)
     line = proc.stdout.readline()
     if "listening on " not in line:
         proc.kill()

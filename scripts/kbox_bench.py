@@ -61,14 +61,14 @@ TARGETS = {"distinct_per_gpu_hour": 3000, "ratio": 50, "busy": 0.80, "hit_overhe
            "startup_s": 0.5}
 
 
-def start_daemon(python, log_path, extra_args=()):
+def start_daemon(python, log_path, extra_args=(), cpus=None):
     """gpu_suite's start_daemon with kboxd's log in log_path, a fresh work dir
-    and `extra_args` for kboxd; returns (process, URL, work_dir, log). On
-    failure nothing is left."""
+    and `extra_args` for kboxd, on `cpus` (default: all of this process's);
+    returns (process, URL, work_dir, log). On failure nothing is left."""
     work_dir = tempfile.mkdtemp(prefix="kbox-bench-")
     log = open(log_path, "w")
     try:
-        proc, server = gpu_suite.start_daemon(work_dir, python, stderr=log, extra_args=extra_args)
+        proc, server = gpu_suite.start_daemon(work_dir, python, stderr=log, extra_args=extra_args, cpus=cpus)
     except BaseException:  # includes its sys.exit when kboxd does not start
         log.close()
         shutil.rmtree(work_dir, ignore_errors=True)
@@ -98,6 +98,42 @@ def http(server, path, body=None, timeout=90):
     with urllib.request.urlopen(req, timeout=timeout) as resp:
         raw = resp.read().decode()
     return json.loads(raw) if raw.lstrip().startswith("{") else raw
+
+
+# The compile tier's counters (--compile-tier): builds a compile-role kboxd
+# served, and how a run-role kboxd's builds went, by outcome.
+TIER_COUNTERS = {"served": "kbox_builds_served_total", "remote": "kbox_remote_builds_total"}
+
+
+def split_cpus(compile_cores):
+    """(the run node's CPUs, the compile node's CPUs) for --compile-tier: the
+    compile node gets the last compile_cores of this process's CPUs."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if not 0 < compile_cores < len(cpus):
+        sys.exit("--compile-tier %d: this machine has %d CPUs; leave the run node at least one"
+                 % (compile_cores, len(cpus)))
+    return cpus[:-compile_cores], cpus[-compile_cores:]
+
+
+def scrape_tier(server):
+    """{served|remote: {outcome: count}} and the compile stages' CPU-s from
+    `server`'s /metrics (TIER_COUNTERS)."""
+    text = http(server, "/metrics", timeout=10)
+    out = {}
+    for key, name in TIER_COUNTERS.items():
+        out[key] = {o: float(v) for o, v in re.findall(
+            r'^%s\{[^}]*outcome="(\w+)"[^}]*\} ([0-9.e+]+)$' % name, text, flags=re.M)}
+    found = re.findall(r'^kbox_stage_cpu_seconds_total\{[^}]*stage="compile"[^}]*\} ([0-9.e+]+)$', text,
+                       flags=re.M)
+    out["compile_cpu_s"] = sum(float(v) for v in found)
+    return out
+
+
+def diff_tier(before, after):
+    """after - before for scrape_tier's figures."""
+    out = {k: {o: after[k].get(o, 0.0) - before[k].get(o, 0.0) for o in after[k]} for k in TIER_COUNTERS}
+    out["compile_cpu_s"] = after["compile_cpu_s"] - before["compile_cpu_s"]
+    return out
 
 
 def diff_metrics(before, after):
@@ -561,11 +597,25 @@ def print_summary(s):
         s["cache_hits"], pc(s["cache_hit_rate_all"]), pc(s["cache_hit_rate_resubmitted"]), s["metrics"]))
     cpu = s["metrics"] or {}
     compiles, runs = cpu.get("kbox_build_cache_misses_total"), s["evaluated"]
-    if cpu.get("compile_cpu_s") is not None and cpu.get("run_cpu_s") is not None and compiles and runs:
+    if s.get("compile_tier") and cpu.get("run_cpu_s") is not None and runs:
+        print("CPU of the run node's stages (kbox_stage_cpu_seconds_total): %.1f CPU-s per run stage (%d)"
+              % (cpu["run_cpu_s"] / runs, runs))
+    elif cpu.get("compile_cpu_s") is not None and cpu.get("run_cpu_s") is not None and compiles and runs:
         print("CPU of the stages' processes (kbox_stage_cpu_seconds_total): %.1f CPU-s per compile (%d), "
               "%.1f CPU-s per run stage (%d); %.1f cores busy on average over the wall" % (
                   cpu["compile_cpu_s"] / compiles, compiles, cpu["run_cpu_s"] / runs, runs,
                   (cpu["compile_cpu_s"] + cpu["run_cpu_s"]) / s["wall_s"]))
+    t = s.get("compile_tier")
+    if t:
+        served = t["served"]
+        print("compile tier: a compile-role kboxd on %d CPUs served %d builds (%d built, %d from its cache, "
+              "%d failed, %d refused), %.1f CPU-s per build; the run node, on %d CPUs, took %d from it and "
+              "built %d itself (%.0f CPU-s)" % (
+                  t["cores"], sum(served.values()), served.get("built", 0), served.get("cached", 0),
+                  served.get("failed", 0), served.get("refused", 0),
+                  t["compile_cpu_s"] / served["built"] if served.get("built") else 0.0, t["run_node_cores"],
+                  t["run_node_builds"].get("built", 0), t["run_node_builds"].get("fallback", 0),
+                  t["run_node_compile_cpu_s"]))
     if cpu.get("set_up_paused") is not None:
         print("stages setting up paused for another job's timing (kbox_set_up_pauses_total): %d stopped, "
               "%d not stopped (waited for)" % (cpu["set_up_paused"], cpu.get("set_up_not_paused") or 0))
@@ -614,7 +664,13 @@ def main():
                    help="seconds from the start: stop submitting and waiting then and print the summary "
                         "of what finished, marked PARTIAL, without the baseline (0: none)")
     p.add_argument("--progress", type=float, default=15, help="seconds between progress lines")
+    p.add_argument("--compile-tier", type=int, default=0, metavar="CORES",
+                   help="build on a compile-role kboxd pinned to the last CORES CPUs "
+                        "(--compile-workers CORES) and run on a run-role kboxd pinned to the others, "
+                        "its --compile-endpoint (docs/compile-tier.md); 0: one kboxd of role all")
     args = p.parse_args()
+    if args.compile_tier and args.server:
+        sys.exit("--compile-tier starts its own two kboxds; it does not go with --server")
     stop = Stop(time.monotonic() + args.deadline if args.deadline > 0 else None)
 
     scale = args.cpu_scale if args.backend == "cpu" else args.gpu_scale
@@ -630,15 +686,30 @@ def main():
     resubmit = set(random.Random(args.seed).sample(range(len(jobs)), min(n_again, len(jobs))))
 
     daemon = None
+    tier = None  # (process, URL, work_dir, log, CPUs) of the compile-role kboxd
     server = args.server
     if not server:
+        kboxd_args, run_cpus = list(args.kboxd_arg), None
+        if args.compile_tier:
+            run_cpus, tier_cpus = split_cpus(args.compile_tier)
+            tier_log = os.path.join(tempfile.gettempdir(), "kbox-bench-compile-kboxd-%d.log" % os.getpid())
+            tier = start_daemon(args.python, tier_log, ["--role=compile",
+                                                        "--compile-workers=%d" % len(tier_cpus)], tier_cpus)
+            tier += (tier_cpus,)
+            print("compile-role kboxd at %s on CPUs %d-%d (log %s)" % (tier[1], tier_cpus[0], tier_cpus[-1],
+                                                                     tier_log), flush=True)
+            # The run node builds only when the tier cannot, on its own CPUs.
+            kboxd_args = ["--role=run", "--compile-endpoint=%s" % tier[1],
+                          "--compile-workers=%d" % len(run_cpus)] + kboxd_args
         log_path = os.path.join(tempfile.gettempdir(), "kbox-bench-kboxd-%d.log" % os.getpid())
-        daemon, server, work_dir, log = start_daemon(args.python, log_path, args.kboxd_arg)
-        print("kboxd at %s (log %s; flags %s)" % (server, log_path, " ".join(args.kboxd_arg) or "none"),
-              flush=True)
+        daemon, server, work_dir, log = start_daemon(args.python, log_path, kboxd_args, run_cpus)
+        print("kboxd at %s (log %s; flags %s%s)" % (
+            server, log_path, " ".join(kboxd_args) or "none",
+            "; CPUs %d-%d" % (run_cpus[0], run_cpus[-1]) if run_cpus else ""), flush=True)
     try:
         info = http(server, "/v1/info")
         before = scrape(server)
+        tier_before = (scrape_tier(tier[1]), scrape_tier(server)) if tier else None
         request_of = lambda job: {"reference_source": job["reference_source"],  # noqa: E731
                                   "candidate_source": job["candidate_source"],
                                   "backend": "BACKEND_" + args.backend.upper(), "correctness_trials": 5}
@@ -648,15 +719,24 @@ def main():
             after = scrape(server)
         except Exception:  # a stopped run still reports what finished
             after = {k: None for k in METRICS}
+        tier_figures = None
+        if tier:
+            built, ran = diff_tier(tier_before[0], scrape_tier(tier[1])), diff_tier(tier_before[1], scrape_tier(server))
+            tier_figures = {"cores": len(tier[4]), "run_node_cores": len(run_cpus), "served": built["served"],
+                            "compile_cpu_s": built["compile_cpu_s"], "run_node_builds": ran["remote"],
+                            "run_node_compile_cpu_s": ran["compile_cpu_s"]}
         if stop.why:
             # Printed before kboxd is stopped: stopping it waits for the
             # jobs still in flight.
             summary = summarise(args, info, records, diff_metrics(before, after), [], scale_note, 0)
             summary["partial"] = stop.why
+            summary["compile_tier"] = tier_figures
             print_summary(summary)
     finally:
         if daemon:
             stop_daemon(daemon, work_dir, log, grace_s=10 if stop.why else 300)
+        if tier:
+            stop_daemon(tier[0], tier[2], tier[3], grace_s=10 if stop.why else 300)
     if not stop.why:
         baseline = []
         sample = baseline_sample(jobs, args.baseline_jobs)
@@ -664,6 +744,7 @@ def main():
             print("serial baseline on %d of the same jobs (spread over the list)..." % len(sample), flush=True)
             baseline = run_baseline(args.python, sample, args.backend)
         summary = summarise(args, info, records, diff_metrics(before, after), baseline, scale_note, len(sample))
+        summary["compile_tier"] = tier_figures
         print_summary(summary)
     if args.out:
         os.makedirs(args.out, exist_ok=True)

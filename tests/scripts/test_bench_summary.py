@@ -193,3 +193,33 @@ def test_timed_rounds_and_the_speedups_precision_are_reported():
         bench.print_summary(s)
     assert "timed rounds per job p50" in out.getvalue() and "max 90" in out.getvalue()
     assert summarise([record("c", 0.0, 40.0, 3000.0)])["timed_rounds"] is None
+
+
+def test_the_compile_tier_gets_the_last_cpus_and_the_run_node_the_rest(monkeypatch):
+    monkeypatch.setattr(bench.os, "sched_getaffinity", lambda pid: {3, 0, 2, 1, 5, 4})
+    assert bench.split_cpus(4) == ([0, 1], [2, 3, 4, 5])
+    for cores in (0, 6):  # none for the tier, or none left for the run node
+        try:
+            bench.split_cpus(cores)
+        except SystemExit as e:
+            assert "CPUs" in str(e)
+        else:
+            raise AssertionError("split_cpus(%d) should refuse" % cores)
+
+
+def test_the_compile_tiers_counters_are_read_by_outcome_and_differenced(monkeypatch):
+    pages = iter([
+        'kbox_builds_served_total{outcome="built"} 2\nkbox_builds_served_total{outcome="cached"} 0\n'
+        'kbox_stage_cpu_seconds_total{backend="cuda",stage="compile"} 40.5\n'
+        'kbox_stage_cpu_seconds_total{backend="cuda",stage="run"} 7\n',
+        'kbox_builds_served_total{outcome="built"} 5\nkbox_builds_served_total{outcome="cached"} 1\n'
+        'kbox_remote_builds_total{outcome="fallback"} 1\n'
+        'kbox_stage_cpu_seconds_total{backend="cuda",stage="compile"} 120.5\n',
+    ])
+    monkeypatch.setattr(bench, "http", lambda server, path, timeout=90: next(pages))
+    before, after = bench.scrape_tier("x"), bench.scrape_tier("x")
+    assert before["compile_cpu_s"] == 40.5
+    diff = bench.diff_tier(before, after)
+    assert diff["served"] == {"built": 3.0, "cached": 1.0}
+    assert diff["remote"] == {"fallback": 1.0}
+    assert diff["compile_cpu_s"] == 80.0
