@@ -49,8 +49,8 @@ const char* ErrorCodeName(http::status status) {
 }  // namespace
 
 ApiHandler::ApiHandler(const v1::DaemonConfig& config, RequestPolicy policy, Evaluator& evaluator,
-                       Metrics& metrics, boost::asio::thread_pool& job_pool,
-                       const ApiTokens* tokens, JobJournal* journal)
+                       Metrics& metrics, boost::asio::thread_pool& job_pool, const ApiTokens* tokens,
+                       JobJournal* journal)
     : config_(config),
       policy_(std::move(policy)),
       evaluator_(evaluator),
@@ -58,10 +58,10 @@ ApiHandler::ApiHandler(const v1::DaemonConfig& config, RequestPolicy policy, Eva
       job_pool_(job_pool),
       tokens_(tokens),
       journal_(journal),
-      admission_(config.max_in_flight_jobs(),
+      admission_(config.limits().max_in_flight_jobs(),
                  [&metrics](uint32_t in_flight) { metrics.SetJobsInFlight(in_flight); }),
-      jobs_(JobStore::Options{.result_ttl = std::chrono::seconds(config.result_ttl_s()),
-                              .max_jobs = config.max_stored_jobs(),
+      jobs_(JobStore::Options{.result_ttl = std::chrono::seconds(config.store().result_ttl_s()),
+                              .max_jobs = config.store().max_stored_jobs(),
                               .on_expired = [journal](const std::string& job_id) {
                                 if (journal) journal->Remove(job_id);
                               }}) {}
@@ -92,8 +92,8 @@ HttpResponse ApiHandler::Error(http::status status, const std::string& field,
 
 bool ApiHandler::NeedsToken(const std::string& target) const {
   if (tokens_ == nullptr) return false;
-  if (target == "/healthz" || target == "/readyz") return config_.auth_required_for_health();
-  if (target == "/metrics") return config_.auth_required_for_metrics();
+  if (target == "/healthz" || target == "/readyz") return config_.auth().auth_required_for_health();
+  if (target == "/metrics") return config_.auth().auth_required_for_metrics();
   return true;  // Unknown paths too: which endpoints exist is not for strangers.
 }
 
@@ -146,7 +146,7 @@ HttpResponse ApiHandler::AdmissionRefused(JobAdmission::Refusal refusal, const C
                 std::to_string(caller.max_concurrent_jobs) + " in flight, " +
                 std::to_string(admission_.in_flight(caller.token)) + " now); retry later"
           : "kboxd has no room for " + jobs + " (limit " +
-                std::to_string(config_.max_in_flight_jobs()) + " in flight); retry later";
+                std::to_string(config_.limits().max_in_flight_jobs()) + " in flight); retry later";
   HttpResponse res = Error(http::status::too_many_requests, "", message, encoding);
   res.set(http::field::retry_after, kRetryAfterSeconds);
   return res;
@@ -185,16 +185,17 @@ ApiHandler::Route ApiHandler::Resolve(const HttpRequest& req, const std::string&
       metrics_.RecordResponse(200);
     }
   } else if (target == "/v1/builds") {
-    if (config_.role() == v1::ROLE_RUN) {
+    if (config_.scheduling().role() == v1::ROLE_RUN) {
       res = Error(http::status::not_found, "path",
-                  "this kboxd serves no builds (role run); its compile tier is " + config_.compile_endpoint());
+                  "this kboxd serves no builds (role run); its compile tier is " +
+                      config_.scheduling().compile_endpoint());
     } else if (only(http::verb::post)) {
       if (!draining_.load()) return Route::kBuild;
       const auto encoding = EncodingFromContentType(std::string(req[http::field::content_type]));
       res = Unavailable("kboxd is draining (shutting down); ask another compile node",
                         encoding ? *encoding : Encoding::kJson);
     }
-  } else if (config_.role() == v1::ROLE_COMPILE &&
+  } else if (config_.scheduling().role() == v1::ROLE_COMPILE &&
              (target == "/v1/evaluate" || target == "/v1/jobs" || target.starts_with("/v1/jobs/"))) {
     res = Error(http::status::not_found, "path",
                 "this kboxd only builds (role compile): send jobs to a run- or all-role kboxd");
@@ -384,7 +385,7 @@ HttpResponse ApiHandler::Ready() const {
   std::string reason;
   if (draining_.load()) {
     reason = "draining: kboxd is shutting down";
-  } else if (config_.role() != v1::ROLE_COMPILE && !evaluator_.HasServingRunSlot(cpu, gpu)) {
+  } else if (config_.scheduling().role() != v1::ROLE_COMPILE && !evaluator_.HasServingRunSlot(cpu, gpu)) {
     reason = "no run slot on a healthy device: every GPU is quarantined until its probe passes";
   }
   HttpResponse res(reason.empty() ? http::status::ok : http::status::service_unavailable, 11);
@@ -411,18 +412,20 @@ HttpResponse ApiHandler::Info(const Caller& caller) const {
     g->set_busy(evaluator_.gpu_slots().IsBusy(gpu.index()));
   }
   *info.mutable_software() = HostFingerprint(host);
-  info.set_compile_workers(config_.compile_workers());
-  info.set_role(config_.role() == v1::ROLE_COMPILE ? "compile" : config_.role() == v1::ROLE_RUN ? "run" : "all");
-  info.set_cpu_run_slots(config_.cpu_run_slots());
-  info.set_max_in_flight_jobs(config_.max_in_flight_jobs());
+  info.set_compile_workers(config_.scheduling().compile_workers());
+  info.set_role(config_.scheduling().role() == v1::ROLE_COMPILE ? "compile"
+                : config_.scheduling().role() == v1::ROLE_RUN   ? "run"
+                                                                : "all");
+  info.set_cpu_run_slots(config_.scheduling().cpu_run_slots());
+  info.set_max_in_flight_jobs(config_.limits().max_in_flight_jobs());
   info.set_jobs_in_flight(admission_.in_flight());
   info.set_auth_enabled(tokens_ != nullptr);
   info.set_token_name(caller.token);
   info.set_token_max_concurrent_jobs(caller.max_concurrent_jobs);
   if (tokens_ != nullptr) info.set_token_jobs_in_flight(admission_.in_flight(caller.token));
-  info.set_max_body_bytes(config_.max_body_bytes());
+  info.set_max_body_bytes(config_.listener().max_body_bytes());
   info.set_default_correctness_trials(policy_.limits().default_correctness_trials);
-  info.set_max_time_limit_s(config_.max_time_limit_s());
+  info.set_max_time_limit_s(config_.limits().max_time_limit_s());
   info.set_sandboxed(evaluator_.sandbox().settings.has_value());
   info.set_sandbox(evaluator_.sandbox().description);
   for (const auto& name : policy_.profiles().names()) info.add_anticheat_profiles(name);

@@ -168,9 +168,9 @@ HttpResponse ApiHandler::Submit(const HttpRequest& req, const Caller& caller) {
   }
   // Only fresh jobs take a place: a resubmitted key is the job already
   // counted, so a retry at the token's limit still gets its job back.
-  if (fresh > config_.max_in_flight_jobs()) {
+  if (fresh > config_.limits().max_in_flight_jobs()) {
     withdraw();
-    return never_fits(fresh, config_.max_in_flight_jobs(), "max_in_flight_jobs");
+    return never_fits(fresh, config_.limits().max_in_flight_jobs(), "max_in_flight_jobs");
   }
   if (caller.max_concurrent_jobs > 0 && fresh > caller.max_concurrent_jobs) {
     withdraw();

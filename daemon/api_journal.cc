@@ -42,11 +42,11 @@ std::string ApiHandler::RestoreJobs(JobJournal::Loaded loaded) {
 
   const int64_t now_ms = UnixMillis();
   const auto now = JobStore::Clock::now();
-  const int64_t ttl_ms = static_cast<int64_t>(config_.result_ttl_s()) * 1000;
+  const int64_t ttl_ms = static_cast<int64_t>(config_.store().result_ttl_s()) * 1000;
   // Every unfinished job is kept (each must end with a result); results
   // fill what room max_stored_jobs leaves.
-  const size_t room = config_.max_stored_jobs() > unfinished.size()
-                          ? config_.max_stored_jobs() - unfinished.size()
+  const size_t room = config_.store().max_stored_jobs() > unfinished.size()
+                          ? config_.store().max_stored_jobs() - unfinished.size()
                           : 0;
   size_t served = 0, dropped = 0, requeued = 0, failed = 0;
   for (const auto& record : done) {

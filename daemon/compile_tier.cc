@@ -94,7 +94,7 @@ Evaluator::BuildAnswer Evaluator::Build(const v1::BuildRequest& ask,
     entry.emplace(std::move(*flight.entry()));
   } else {
     const std::string build_id = "build-" + NextJobId();
-    auto ws = JobWorkspace::Create(config_.work_dir(), build_id, job.reference_source(),
+    auto ws = JobWorkspace::Create(config_.store().work_dir(), build_id, job.reference_source(),
                                    job.candidate_source(), JobWorkspaceOptions());
     if (!ws) return refuse(500, "", "cannot prepare the build's directory: " + ws.error().message);
     const auto cancel = cancels_.Open(build_id);
@@ -178,7 +178,8 @@ Evaluator::TierOutcome Evaluator::BuildOnTier(const v1::EvaluateRequest& request
   }
   const v1::BuildArtifact& artifact = answer->artifact();
   // The job's scratch bounds a build made here; it bounds one made there.
-  const uint64_t max_bytes = config_.job_scratch_bytes() > 0 ? config_.job_scratch_bytes() : (1ull << 32);
+  const uint64_t max_bytes =
+      config_.limits().job_scratch_bytes() > 0 ? config_.limits().job_scratch_bytes() : (1ull << 32);
   if (auto error = WriteBuildFiles(FilesOf(artifact), ws.build_dir(), max_bytes, owner_uid, owner_gid)) {
     return fallback("its build does not check: " + *error);
   }

@@ -105,13 +105,13 @@ std::string ToolchainFingerprint(const v1::DaemonConfig& config, const HostInfo&
   };
   line("kbox", kVersion);
   line("harness", DirectoryDigest(harness.harness_dir));
-  line("python", config.python() + " " + p.python_version());
+  line("python", config.sandbox().python() + " " + p.python_version());
   line("torch", p.torch_version());
   line("cuda", p.cuda_version());
   line("triton", p.triton_version());
   // The light header builds the same code from the same headers, but a
   // different translation unit could still differ bit for bit: keep apart.
-  line("light_headers", config.light_headers() ? "on" : "off");
+  line("light_headers", config.experimental().light_headers() ? "on" : "off");
   // The PCH holds the same declarations as the header it replaces; recorded
   // anyway, for symmetry and so an audit can tell the builds apart. The
   // setting, not whether the start-up build is done: the fingerprint is
@@ -120,7 +120,8 @@ std::string ToolchainFingerprint(const v1::DaemonConfig& config, const HostInfo&
   // Per-operator headers leave declarations out of a CUDA source's
   // translation unit, as the light header does: kept apart the same way.
   line("cuda_per_operator_headers",
-       config.light_headers() && config.cuda_per_operator_headers() ? "on" : "off");
+       config.experimental().light_headers() && config.experimental().cuda_per_operator_headers() ? "on"
+                                                                                                  : "off");
   // The stages' inherited environment picks the compilers and libraries.
   std::vector<std::string> path_dirs;
   std::string cuda_home, cuda_path;
@@ -189,18 +190,18 @@ Evaluator::Evaluator(const v1::DaemonConfig& config, HostInfo host, std::vector<
       host_(std::move(host)),
       sandbox_(sandbox),
       metrics_(metrics),
-      runner_(HarnessSettings{.python = config.python(),
-                              .harness_dir = config.harness_dir(),
-                              .max_output_bytes = config.max_output_bytes(),
-                              .build_jobs = std::max(1u, config.compile_workers())},
+      runner_(HarnessSettings{.python = config.sandbox().python(),
+                              .harness_dir = config.sandbox().harness_dir(),
+                              .max_output_bytes = config.limits().max_output_bytes(),
+                              .build_jobs = std::max(1u, config.scheduling().compile_workers())},
               sandbox.settings),
-      compile_slots_(SlotPool::Anonymous(config.compile_workers())),
-      cpu_slots_(Lanes(Indices(config.cpu_run_slots()), RunStagesAhead(config, /*gpu=*/false))),
+      compile_slots_(SlotPool::Anonymous(config.scheduling().compile_workers())),
+      cpu_slots_(Lanes(Indices(config.scheduling().cpu_run_slots()), RunStagesAhead(config, /*gpu=*/false))),
       gpu_slots_(Lanes(gpus, RunStagesAhead(config, /*gpu=*/true))),
       device_health_(
           gpu_slots_,
           [this](uint32_t gpu) {
-            return ProbeGpu(config_.python(), config_.harness_dir(),
+            return ProbeGpu(config_.sandbox().python(), config_.sandbox().harness_dir(),
                             InheritedEnvironment(runner_.settings()), gpu, kDeviceProbeLimit);
           },
           kDeviceProbeInterval,
@@ -211,16 +212,17 @@ Evaluator::Evaluator(const v1::DaemonConfig& config, HostInfo host, std::vector<
       cuda_arch_list_(ArchList(host_, gpus)),
       build_cache_(build_cache) {
   // The tier's builds are keyed as the cache's, cache or no cache here.
-  if (build_cache_ || !config_.compile_endpoint().empty()) {
+  if (build_cache_ || !config_.scheduling().compile_endpoint().empty()) {
     toolchain_ = ToolchainFingerprint(config_, host_, runner_.settings());
   }
-  if (config_.reference_cache_enabled()) {
-    reference_cache_.emplace(ReferenceCache::Options{
-        .max_entries = config_.reference_cache_max_entries(),
-        .ttl = std::chrono::seconds(config_.reference_cache_ttl_s())});
-    reference_harness_ = std::string(kVersion) + " " + DirectoryDigest(config_.harness_dir());
+  if (config_.caches().reference_cache_enabled()) {
+    reference_cache_.emplace(
+        ReferenceCache::Options{.max_entries = config_.caches().reference_cache_max_entries(),
+                                .ttl = std::chrono::seconds(config_.caches().reference_cache_ttl_s())});
+    reference_harness_ = std::string(kVersion) + " " + DirectoryDigest(config_.sandbox().harness_dir());
   }
-  if (config_.preforked_run_stage() || config_.preforked_compile_stage()) EnablePrefork();
+  if (config_.experimental().preforked_run_stage() || config_.experimental().preforked_compile_stage())
+    EnablePrefork();
   // Job ids: a random per-daemon prefix plus a counter, so ids from a
   // restarted daemon never collide with old workspaces or logs.
   std::random_device rd;
@@ -230,10 +232,11 @@ Evaluator::Evaluator(const v1::DaemonConfig& config, HostInfo host, std::vector<
 }
 
 void Evaluator::EnablePrefork() {
-  const std::string flags = config_.preforked_run_stage() && config_.preforked_compile_stage()
-                                ? "preforked_run_stage and preforked_compile_stage"
-                            : config_.preforked_run_stage() ? "preforked_run_stage"
-                                                            : "preforked_compile_stage";
+  const std::string flags =
+      config_.experimental().preforked_run_stage() && config_.experimental().preforked_compile_stage()
+          ? "preforked_run_stage and preforked_compile_stage"
+      : config_.experimental().preforked_run_stage() ? "preforked_run_stage"
+                                                     : "preforked_compile_stage";
   if (!sandbox_.settings) {
     std::cerr << "kboxd: " << flags << " ignored: it needs the sandbox" << std::endl;
     return;
@@ -247,7 +250,7 @@ void Evaluator::EnablePrefork() {
   runner_.EnablePrefork(library.string(), [this](const std::string& slot, ZygoteEvent event) {
     metrics_.RecordZygoteEvent(slot, event);
   });
-  if (config_.preforked_run_stage()) {
+  if (config_.experimental().preforked_run_stage()) {
     // Every GPU lane's first zygote now, so that no early job waits for a
     // torch import; CPU lanes start theirs at their first stage. After that
     // each stage's successor starts beside it (single use, docs/prefork.md).
@@ -261,11 +264,12 @@ void Evaluator::EnablePrefork() {
     std::cerr << "kboxd: run stages start from single-use pre-forked zygotes, one per device lane"
               << std::endl;
   }
-  if (config_.preforked_compile_stage()) {
+  if (config_.experimental().preforked_compile_stage()) {
     // Started now, not at each worker's first build: otherwise the first
     // wave of builds would wait for as many torch imports at once.
     std::vector<std::string> slots;
-    for (uint32_t i = 0; i < config_.compile_workers(); ++i) slots.push_back(CompileZygoteSlot(i));
+    for (uint32_t i = 0; i < config_.scheduling().compile_workers(); ++i)
+      slots.push_back(CompileZygoteSlot(i));
     runner_.PrestartZygotes(slots, /*run_stages=*/false);
     std::cerr << "kboxd: compile stages start from a pre-forked zygote per compile worker"
               << std::endl;
@@ -293,21 +297,21 @@ v1::StageSpec Evaluator::MakeSpec(const JobWorkspace& ws, const v1::EffectiveSet
   spec.set_measure_performance(s.measure_performance());
   spec.set_performance_trials(s.performance_trials());
   spec.set_speedup_precision(s.speedup_precision());
-  spec.set_warmup_calls(config_.warmup_calls());
-  spec.set_max_log_bytes(config_.max_log_bytes());
+  spec.set_warmup_calls(config_.limits().warmup_calls());
+  spec.set_max_log_bytes(config_.limits().max_log_bytes());
   // The light header only changes how long a build takes, never what runs
   // (docs/compile-speed.md); the run stage only loads what was built.
   if (stage == v1::STAGE_COMPILE) {
-    spec.set_light_headers(config_.light_headers());
-    spec.set_cuda_per_operator_headers(config_.light_headers() &&
-                                       config_.cuda_per_operator_headers());
+    spec.set_light_headers(config_.experimental().light_headers());
+    spec.set_cuda_per_operator_headers(config_.experimental().light_headers() &&
+                                       config_.experimental().cuda_per_operator_headers());
   }
   // pch_ is set only when light_headers is on (PrecompiledHeaderWanted).
   if (stage == v1::STAGE_COMPILE && pch_ != nullptr) {
     spec.set_pch_dir(pch_->dir());  // Empty until its start-up build is done.
   }
   if (stage == v1::STAGE_RUN) {
-    spec.set_exchange_arena_bytes(uint64_t{config_.exchange_arena_mib()} << 20);
+    spec.set_exchange_arena_bytes(uint64_t{config_.scheduling().exchange_arena_mib()} << 20);
     // The harness checks that one of them launched (run.kernel-not-launched).
     for (const std::string& name : candidate_kernels) spec.add_candidate_kernels(name);
     if (!sandbox_.launch_probe_library.empty() && s.backend() != v1::BACKEND_CPU) {
@@ -323,12 +327,12 @@ v1::StageSpec Evaluator::MakeSpec(const JobWorkspace& ws, const v1::EffectiveSet
 
 WorkspaceOptions Evaluator::JobWorkspaceOptions() const {
   WorkspaceOptions options;
-  options.keep = config_.keep_job_dirs();
+  options.keep = config_.store().keep_job_dirs();
   if (sandbox_.settings) {
     options.owner_uid = sandbox_.settings->uid;
     options.owner_gid = sandbox_.settings->gid;
   }
-  if (sandbox_.scratch_capped) options.scratch_bytes = config_.job_scratch_bytes();
+  if (sandbox_.scratch_capped) options.scratch_bytes = config_.limits().job_scratch_bytes();
   return options;
 }
 
@@ -338,8 +342,8 @@ StageOutcome Evaluator::RunCompileStage(const JobWorkspace& ws, const v1::Effect
   StagePlacement placement;
   placement.cancel = &cancel;
   placement.cuda_arch = cuda_arch;
-  placement.wall_limit = std::chrono::seconds(config_.compile_time_limit_s());
-  if (config_.preforked_compile_stage()) placement.zygote_slot = CompileZygoteSlot(worker);
+  placement.wall_limit = std::chrono::seconds(config_.limits().compile_time_limit_s());
+  if (config_.experimental().preforked_compile_stage()) placement.zygote_slot = CompileZygoteSlot(worker);
   v1::StageSpec spec = MakeSpec(ws, settings, v1::STAGE_COMPILE);
   spec.set_report_extension_sources(report_sources);
   return runner_.Run(ws, spec, placement);
@@ -353,7 +357,8 @@ std::string Evaluator::OfferCachedReference(const v1::EvaluateRequest& request,
   }
   const v1::ProbeReport& probe = host_.probe;
   // The CPU's figure also depends on how many cores the stage may use.
-  std::string device = "cpu " + host_.cpu_model + " cores=" + std::to_string(config_.job_cpu_cores());
+  std::string device =
+      "cpu " + host_.cpu_model + " cores=" + std::to_string(config_.limits().job_cpu_cores());
   if (gpu) {
     for (const auto& g : probe.gpus()) {
       if (g.index() == *gpu) device = g.name() + " sm_" + g.compute_capability();
@@ -364,15 +369,15 @@ std::string Evaluator::OfferCachedReference(const v1::EvaluateRequest& request,
                          .backend = v1::Backend_Name(settings.backend()),
                          .precision = v1::Precision_Name(settings.precision()),
                          .performance_trials = settings.performance_trials(),
-                         .warmup_calls = config_.warmup_calls(),
+                         .warmup_calls = config_.limits().warmup_calls(),
                          .device = device,
                          .driver = probe.driver_version(),
                          .cuda = probe.cuda_version(),
                          .torch = probe.torch_version(),
-                         .python = config_.python() + " " + probe.python_version(),
+                         .python = config_.sandbox().python() + " " + probe.python_version(),
                          .harness = reference_harness_});
-  spec.set_live_recheck_speedup(config_.live_recheck_speedup());
-  spec.set_reference_cache_max_relative_ci(config_.reference_cache_max_relative_ci());
+  spec.set_live_recheck_speedup(config_.caches().live_recheck_speedup());
+  spec.set_reference_cache_max_relative_ci(config_.caches().reference_cache_max_relative_ci());
   spec.set_fresh_reference_timing(request.fresh_reference_timing());
   // A fresh measurement is asked for: the entry is not even looked at (the
   // live figure then replaces it).
@@ -425,7 +430,8 @@ v1::EvaluateResult Evaluator::Evaluate(const v1::EvaluateRequest& request,
       result.set_message(std::string("kboxd internal error: ") + e.what());
       trace.cause.infra = InfraCause::kInternal;
     }
-    if (attempt >= config_.infra_retries()) CompilerKillOnLastAttemptIsTheCandidates(result, trace.cause);
+    if (attempt >= config_.scheduling().infra_retries())
+      CompilerKillOnLastAttemptIsTheCandidates(result, trace.cause);
     // Ended by its client's cancel; a job that had reached its own end
     // before the cancel took hold keeps that result.
     if (cancel->by_client.load() && result.status() == v1::INFRA_ERROR &&
@@ -439,7 +445,7 @@ v1::EvaluateResult Evaluator::Evaluate(const v1::EvaluateRequest& request,
     const bool gpu_suspect = trace.cause.device_suspect && settings.backend() != v1::BACKEND_CPU;
     // A job held back by a drain is not retried: it runs after the restart.
     if (not_started || result.status() != v1::INFRA_ERROR || !RetryableInfraCause(trace.cause.infra) ||
-        gpu_suspect || attempt >= config_.infra_retries() || cancel->stop.load()) {
+        gpu_suspect || attempt >= config_.scheduling().infra_retries() || cancel->stop.load()) {
       // kbox's own failure, final: the operator's log says why.
       if (result.status() == v1::INFRA_ERROR && !not_started) {
         std::cerr << "kboxd: job " << result.job_id() << " ended INFRA_ERROR ("
@@ -456,7 +462,7 @@ v1::EvaluateResult Evaluator::Evaluate(const v1::EvaluateRequest& request,
     trace = JobTrace{};
   }
   result.mutable_durations()->set_total_ms(MsBetween(received, Clock::now()));
-  SanitizeResultText(result, 2 * static_cast<size_t>(config_.max_log_bytes()));
+  SanitizeResultText(result, 2 * static_cast<size_t>(config_.limits().max_log_bytes()));
   FinalizeRewardable(result);
   if (held_back) *held_back = not_started;
   // A held-back job is not a result yet: it runs again after the restart.
@@ -490,8 +496,9 @@ void Evaluator::PublishGauges() const {
   metrics_.SetCompileSlots(compile_slots_.busy(), compile_slots_.idle());
   // Slots, not lanes: a slot is busy while any stage holds or prepares for it.
   size_t cpu_busy = 0;
-  for (uint32_t slot = 0; slot < config_.cpu_run_slots(); ++slot) cpu_busy += cpu_slots_.IsBusy(slot);
-  metrics_.SetRunSlots("cpu", cpu_busy, config_.cpu_run_slots() - cpu_busy, 0);
+  for (uint32_t slot = 0; slot < config_.scheduling().cpu_run_slots(); ++slot)
+    cpu_busy += cpu_slots_.IsBusy(slot);
+  metrics_.SetRunSlots("cpu", cpu_busy, config_.scheduling().cpu_run_slots() - cpu_busy, 0);
   for (uint32_t gpu : gpus_) {
     const bool busy = gpu_slots_.IsBusy(gpu);
     const bool healthy = device_health_.Healthy(gpu);
@@ -533,7 +540,7 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
   std::vector<std::string> kernel_names = checked.report.kernel_names;
 
   const WorkspaceOptions options = JobWorkspaceOptions();
-  auto ws = JobWorkspace::Create(config_.work_dir(), workspace, request.reference_source(),
+  auto ws = JobWorkspace::Create(config_.store().work_dir(), workspace, request.reference_source(),
                                  request.candidate_source(), options);
   if (!ws) {
     result.set_status(v1::INFRA_ERROR);
@@ -681,7 +688,7 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
       result.mutable_fingerprint()->set_device_index(slot);
     }
     // Each lane has its own zygote: a zygote serves one stage at a time.
-    if (config_.preforked_run_stage()) placement.zygote_slot = lane.name();
+    if (config_.experimental().preforked_run_stage()) placement.zygote_slot = lane.name();
     placement.wall_limit = std::chrono::seconds(settings.time_limit_s());
     placement.mask_toolchain = settings.backend() != v1::BACKEND_TRITON;
     v1::StageSpec run_spec = MakeSpec(*ws, settings, v1::STAGE_RUN, kernel_names);
@@ -758,10 +765,10 @@ void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSe
       // is over too, which has its own limit (a busy host's slow start).
       placement.set_up_done_ns = gate->set_up_done_ns();
       placement.turn_due_ns = gate->due_ns();
-      placement.set_up_limit = std::chrono::seconds(config_.run_set_up_limit_s());
+      placement.set_up_limit = std::chrono::seconds(config_.limits().run_set_up_limit_s());
       // Each stage ahead may run to the longest time limit, plus its probe.
       placement.turn_wait_limit =
-          std::chrono::seconds((config_.max_time_limit_s() + 60) * stages_ahead);
+          std::chrono::seconds((config_.limits().max_time_limit_s() + 60) * stages_ahead);
     }
     // A holder's quiet pauses this stage while it sets up, rather than
     // waiting for it (device_turns.h).

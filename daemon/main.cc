@@ -71,7 +71,7 @@ std::string DefaultHarnessDir(const char* argv0) {
 // beside kboxd, else the checkout's that build/bin/kboxd sits in (a build
 // carried to another machine), else the source tree it was built from.
 fs::path AnticheatProfileDir(const kbox::v1::DaemonConfig& config, const char* argv0) {
-  if (!config.anticheat_profile_dir().empty()) return config.anticheat_profile_dir();
+  if (!config.sandbox().anticheat_profile_dir().empty()) return config.sandbox().anticheat_profile_dir();
   std::error_code ec;
   for (const fs::path& dir : {ExecutableDir(argv0) / "../share/kbox/anticheat",
                               ExecutableDir(argv0) / "../../policy/anticheat"}) {
@@ -83,13 +83,13 @@ fs::path AnticheatProfileDir(const kbox::v1::DaemonConfig& config, const char* a
 std::vector<kbox::v1::Backend> ServedBackends(const kbox::v1::DaemonConfig& config,
                                               const kbox::HostInfo& host, bool have_gpus) {
   std::vector<kbox::v1::Backend> out;
-  if (config.backends().empty()) {
+  if (config.scheduling().backends().empty()) {
     out.push_back(kbox::v1::BACKEND_CPU);
     if (have_gpus) out.push_back(kbox::v1::BACKEND_CUDA);
     if (have_gpus && !host.probe.triton_version().empty()) out.push_back(kbox::v1::BACKEND_TRITON);
     return out;
   }
-  for (const auto& name : config.backends()) {
+  for (const auto& name : config.scheduling().backends()) {
     out.push_back(name == "cuda"     ? kbox::v1::BACKEND_CUDA
                   : name == "triton" ? kbox::v1::BACKEND_TRITON
                                      : kbox::v1::BACKEND_CPU);
@@ -122,16 +122,18 @@ int main(int argc, char** argv) {
   // The default work dir is per process, so a build cache inside it can
   // never be reused: removed at exit rather than left in $TMPDIR.
   const bool ephemeral_build_cache =
-      cl->config.work_dir().empty() && cl->config.build_cache_dir().empty();
+      cl->config.store().work_dir().empty() && cl->config.caches().build_cache_dir().empty();
   auto resolved = kbox::ApplyConfigDefaults(cl->config, cores);
   if (!resolved) return Fail("config " + resolved.error().field + ": " + resolved.error().message);
   kbox::v1::DaemonConfig config = *resolved;
-  if (config.harness_dir().empty()) config.set_harness_dir(DefaultHarnessDir(argv[0]));
+  if (config.sandbox().harness_dir().empty())
+    config.mutable_sandbox()->set_harness_dir(DefaultHarnessDir(argv[0]));
 
   // Every profile must load, so a broken one is found now (before the slow
   // probe) and not by the first request that names it.
   const fs::path anticheat_dir = AnticheatProfileDir(config, argv[0]);
-  auto profiles = kbox::AnticheatProfiles::LoadDir(anticheat_dir, config.default_anticheat_profile());
+  auto profiles =
+      kbox::AnticheatProfiles::LoadDir(anticheat_dir, config.sandbox().default_anticheat_profile());
   if (!profiles) return Fail("config " + profiles.error().field + ": " + profiles.error().message);
   std::string profile_names;
   for (const auto& name : profiles->names()) profile_names += " " + name;
@@ -140,22 +142,22 @@ int main(int argc, char** argv) {
 
   // Tokens too, before the slow probe: a bad file fails start-up at once.
   std::unique_ptr<kbox::ApiTokens> tokens;
-  if (config.api_tokens_file().empty()) {
+  if (config.auth().api_tokens_file().empty()) {
     std::cerr << "kboxd: WARNING: authentication off (no api_tokens_file): anyone who reaches "
-              << config.listen() << " may submit jobs" << std::endl;
+              << config.listener().listen() << " may submit jobs" << std::endl;
   } else {
-    auto opened = kbox::ApiTokens::Open(config.api_tokens_file());
+    auto opened = kbox::ApiTokens::Open(config.auth().api_tokens_file());
     if (!opened) return Fail("config api_tokens_file: " + opened.error());
     tokens = std::move(*opened);
     LogTokens("loaded", *tokens);
   }
 
   std::unique_ptr<kbox::TlsContext> tls;
-  if (!config.tls_cert_file().empty()) {
-    auto opened = kbox::TlsContext::Open(config.tls_cert_file(), config.tls_key_file());
+  if (!config.listener().tls_cert_file().empty()) {
+    auto opened = kbox::TlsContext::Open(config.listener().tls_cert_file(), config.listener().tls_key_file());
     if (!opened) return Fail("config " + opened.error());
     tls = std::move(*opened);
-    std::cerr << "kboxd: TLS with " << config.tls_cert_file() << std::endl;
+    std::cerr << "kboxd: TLS with " << config.listener().tls_cert_file() << std::endl;
   }
 
   asio::io_context io;
@@ -189,27 +191,28 @@ int main(int argc, char** argv) {
   await_reload();
 
   std::error_code ec;
-  fs::create_directories(config.work_dir(), ec);
-  if (ec) return Fail("cannot create work_dir " + config.work_dir() + ": " + ec.message());
+  fs::create_directories(config.store().work_dir(), ec);
+  if (ec) return Fail("cannot create work_dir " + config.store().work_dir() + ": " + ec.message());
 
   // A kboxd killed mid-job (SIGKILL, an OOM kill) leaves its jobs'
   // directories behind, each with its scratch tmpfs still mounted: a restart
   // on the same work_dir unmounts and removes them (their jobs, if they came
   // from POST /v1/jobs, are in the journal and run again under the same ids).
-  for (const auto& left : fs::directory_iterator(fs::path(config.work_dir()) / "jobs", ec)) {
+  for (const auto& left : fs::directory_iterator(fs::path(config.store().work_dir()) / "jobs", ec)) {
     ::umount2(left.path().c_str(), MNT_DETACH);
     fs::remove_all(left.path(), ec);
   }
 
-  kbox::HarnessSettings harness{.python = config.python(), .harness_dir = config.harness_dir()};
-  std::cerr << "kboxd: probing worker interpreter " << config.python() << std::endl;
+  kbox::HarnessSettings harness{.python = config.sandbox().python(),
+                                .harness_dir = config.sandbox().harness_dir()};
+  std::cerr << "kboxd: probing worker interpreter " << config.sandbox().python() << std::endl;
   auto host = kbox::ProbeHost(harness);
   if (!host) return Fail(host.error());
 
   // A compile node runs nothing: it builds for every backend its toolchain
   // can build (CUDA with a CUDA torch, Triton when importable), GPU or not.
-  const bool compile_role = config.role() == kbox::v1::ROLE_COMPILE;
-  std::vector<uint32_t> gpus(config.gpus().begin(), config.gpus().end());
+  const bool compile_role = config.scheduling().role() == kbox::v1::ROLE_COMPILE;
+  std::vector<uint32_t> gpus(config.scheduling().gpus().begin(), config.scheduling().gpus().end());
   if (compile_role) {
     gpus.clear();
   } else if (gpus.empty()) {
@@ -229,13 +232,13 @@ int main(int argc, char** argv) {
     }
   }
 
-  kbox::RequestLimits limits{.max_source_bytes = config.max_source_bytes(),
+  kbox::RequestLimits limits{.max_source_bytes = config.limits().max_source_bytes(),
                              .default_correctness_trials = 5,
-                             .max_correctness_trials = config.max_correctness_trials(),
-                             .default_performance_trials = config.default_performance_trials(),
-                             .max_performance_trials = config.max_performance_trials(),
-                             .default_time_limit_s = config.default_time_limit_s(),
-                             .max_time_limit_s = config.max_time_limit_s(),
+                             .max_correctness_trials = config.limits().max_correctness_trials(),
+                             .default_performance_trials = config.limits().default_performance_trials(),
+                             .max_performance_trials = config.limits().max_performance_trials(),
+                             .default_time_limit_s = config.limits().default_time_limit_s(),
+                             .max_time_limit_s = config.limits().max_time_limit_s(),
                              .backends = backends};
 
   auto sandbox = kbox::SetUpSandbox(config, *host, ExecutableDir(argv[0]).string());
@@ -251,12 +254,12 @@ int main(int argc, char** argv) {
   kbox::Metrics metrics(kbox::MetricLabelSets{
       .backends = backends, .gpus = gpus, .gpu_info = std::move(gpu_info), .tokens = std::move(token_names)});
   metrics.SetInsecureMode(!sandbox->settings.has_value());
-  metrics.SetJobsInFlightLimit(config.max_in_flight_jobs());
+  metrics.SetJobsInFlightLimit(config.limits().max_in_flight_jobs());
   std::unique_ptr<kbox::BuildCache> build_cache;
-  if (config.build_cache_max_bytes() > 0) {
+  if (config.caches().build_cache_max_bytes() > 0) {
     kbox::BuildCacheOptions options;
-    options.root = config.build_cache_dir();
-    options.max_bytes = config.build_cache_max_bytes();
+    options.root = config.caches().build_cache_dir();
+    options.max_bytes = config.caches().build_cache_max_bytes();
     options.on_evicted = [&metrics](uint64_t n) { metrics.RecordBuildCacheEvictions(n); };
     options.on_corrupt = [&metrics] { metrics.RecordBuildCacheCorruptEntry(); };
     options.on_size = [&metrics](uint64_t bytes) { metrics.SetBuildCacheBytes(bytes); };
@@ -264,8 +267,8 @@ int main(int argc, char** argv) {
     if (!opened) return Fail("config build_cache_dir: " + opened.error());
     build_cache = std::move(*opened);
     const auto stats = build_cache->stats();
-    std::cerr << "kboxd: build cache " << config.build_cache_dir() << ": " << stats.entries
-              << " entries, " << stats.bytes << " of " << config.build_cache_max_bytes() << " bytes"
+    std::cerr << "kboxd: build cache " << config.caches().build_cache_dir() << ": " << stats.entries
+              << " entries, " << stats.bytes << " of " << config.caches().build_cache_max_bytes() << " bytes"
               << std::endl;
   } else {
     std::cerr << "kboxd: build cache off (build_cache_max_bytes 0)" << std::endl;
@@ -275,25 +278,26 @@ int main(int argc, char** argv) {
   kbox::PrecompiledHeader pch;
   kbox::Evaluator evaluator(config, *host, gpus, *sandbox, metrics, build_cache.get());
   std::optional<kbox::RemoteBuilder> tier;
-  if (!config.compile_endpoint().empty()) {
+  if (!config.scheduling().compile_endpoint().empty()) {
     std::string token;
-    if (!config.compile_token_file().empty()) {
-      std::ifstream in(config.compile_token_file());
+    if (!config.scheduling().compile_token_file().empty()) {
+      std::ifstream in(config.scheduling().compile_token_file());
       if (!in || !std::getline(in, token) || token.empty()) {
-        return Fail("config compile_token_file: cannot read a token from " + config.compile_token_file());
+        return Fail("config compile_token_file: cannot read a token from " +
+                    config.scheduling().compile_token_file());
       }
     }
     tier.emplace(kbox::RemoteBuilder::Options{
-        .server = *kbox::ParseServerUrl(config.compile_endpoint()),
+        .server = *kbox::ParseServerUrl(config.scheduling().compile_endpoint()),
         .token = token,
-        .timeout = std::chrono::seconds(config.remote_build_timeout_s())});
+        .timeout = std::chrono::seconds(config.scheduling().remote_build_timeout_s())});
     evaluator.UseCompileTier(&*tier);
   }
   std::cerr << "kboxd: role "
             << (compile_role ? "compile: serves builds (POST /v1/builds) and takes no jobs"
-                : config.role() == kbox::v1::ROLE_RUN ? "run"
-                                                      : "all")
-            << (tier ? "; builds go to the compile tier at " + config.compile_endpoint() +
+                : config.scheduling().role() == kbox::v1::ROLE_RUN ? "run"
+                                                                   : "all")
+            << (tier ? "; builds go to the compile tier at " + config.scheduling().compile_endpoint() +
                            " first, here when it cannot build them"
                      : std::string())
             << std::endl;
@@ -304,10 +308,10 @@ int main(int argc, char** argv) {
   // One thread per admitted job, plus a few no job can take: /v1/check runs
   // on them, so a static check never waits behind running evaluations.
   constexpr uint32_t kCheckThreads = 2;
-  asio::thread_pool job_pool(config.max_in_flight_jobs() + kCheckThreads);
+  asio::thread_pool job_pool(config.limits().max_in_flight_jobs() + kCheckThreads);
   std::unique_ptr<kbox::JobJournal> journal;
-  if (!config.job_store_dir().empty()) {
-    auto opened = kbox::JobJournal::Open(config.job_store_dir());
+  if (!config.store().job_store_dir().empty()) {
+    auto opened = kbox::JobJournal::Open(config.store().job_store_dir());
     if (!opened) return Fail("config job_store_dir: " + opened.error());
     journal = std::move(*opened);
   } else {
@@ -320,21 +324,22 @@ int main(int argc, char** argv) {
     // Before the listener opens: a retried key must find its first job.
     const auto start = std::chrono::steady_clock::now();
     const std::string restored = handler.RestoreJobs(journal->Load());
-    std::cerr << "kboxd: job journal " << config.job_store_dir() << ": " << restored << " in "
-              << std::chrono::duration_cast<std::chrono::milliseconds>(
-                     std::chrono::steady_clock::now() - start)
+    std::cerr << "kboxd: job journal " << config.store().job_store_dir() << ": " << restored << " in "
+              << std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                       start)
                      .count()
               << " ms" << std::endl;
   }
 
-  kbox::HttpServer server(io, handler,
-                          kbox::ServerLimits{.max_body_bytes = config.max_body_bytes(),
-                                             .header_timeout = std::chrono::seconds(config.header_timeout_s()),
-                                             .read_timeout = std::chrono::seconds(config.read_timeout_s()),
-                                             .write_timeout = std::chrono::seconds(config.write_timeout_s()),
-                                             .max_connections = config.max_connections()},
-                          tls.get());
-  auto endpoint = server.Start(config.listen());
+  kbox::HttpServer server(
+      io, handler,
+      kbox::ServerLimits{.max_body_bytes = config.listener().max_body_bytes(),
+                         .header_timeout = std::chrono::seconds(config.listener().header_timeout_s()),
+                         .read_timeout = std::chrono::seconds(config.listener().read_timeout_s()),
+                         .write_timeout = std::chrono::seconds(config.listener().write_timeout_s()),
+                         .max_connections = config.listener().max_connections()},
+      tls.get());
+  auto endpoint = server.Start(config.listener().listen());
   if (!endpoint) return Fail(endpoint.error());
 
   // SIGTERM drains: /readyz turns 503 at once and submissions get 503 +
@@ -344,7 +349,7 @@ int main(int argc, char** argv) {
   asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](const boost::system::error_code& error, int) {
     if (error) return;
-    std::cerr << "kboxd: draining; waiting up to " << config.drain_deadline_s() << " s for "
+    std::cerr << "kboxd: draining; waiting up to " << config.store().drain_deadline_s() << " s for "
               << handler.jobs_in_flight() << " jobs in flight" << std::endl;
     handler.StartDraining();
     asio::co_spawn(
@@ -352,7 +357,7 @@ int main(int argc, char** argv) {
         [&]() -> asio::awaitable<void> {
           asio::steady_timer timer(io);
           const auto deadline =
-              std::chrono::steady_clock::now() + std::chrono::seconds(config.drain_deadline_s());
+              std::chrono::steady_clock::now() + std::chrono::seconds(config.store().drain_deadline_s());
           bool cancelled = false;
           while (handler.jobs_in_flight() > 0) {
             if (!cancelled && std::chrono::steady_clock::now() >= deadline) {
@@ -384,18 +389,18 @@ int main(int argc, char** argv) {
             << "://" << endpoint->address().to_string()
             << ":" << endpoint->port() << std::endl;
   std::cerr << "kboxd: backends" << backend_names << "; gpus " << gpus.size() << "; work_dir "
-            << config.work_dir() << "; harness " << config.harness_dir() << std::endl;
+            << config.store().work_dir() << "; harness " << config.sandbox().harness_dir() << std::endl;
 
   std::vector<std::thread> io_threads;
-  for (uint32_t i = 1; i < config.io_threads(); ++i) io_threads.emplace_back([&] { io.run(); });
+  for (uint32_t i = 1; i < config.listener().io_threads(); ++i) io_threads.emplace_back([&] { io.run(); });
   io.run();
   for (auto& t : io_threads) t.join();
   job_pool.stop();
   job_pool.join();
-  fs::remove_all(fs::path(config.work_dir()) / "jobs", ec);
+  fs::remove_all(fs::path(config.store().work_dir()) / "jobs", ec);
   if (build_cache && ephemeral_build_cache) {
     build_cache.reset();
-    fs::remove_all(config.build_cache_dir(), ec);
+    fs::remove_all(config.caches().build_cache_dir(), ec);
   }
   if (sandbox->settings) fs::remove(sandbox->settings->root_mount_point, ec);
   return 0;

@@ -20,11 +20,11 @@ std::string LastLine(std::string text) {
 }  // namespace
 
 std::filesystem::path PrecompiledHeaderRoot(const v1::DaemonConfig& config) {
-  return std::filesystem::path(config.work_dir()) / "pch";
+  return std::filesystem::path(config.store().work_dir()) / "pch";
 }
 
 bool PrecompiledHeaderWanted(const v1::DaemonConfig& config) {
-  return config.light_headers() && config.precompiled_header();
+  return config.experimental().light_headers() && config.experimental().precompiled_header();
 }
 
 boost::system::result<std::string, PrecompiledHeaderError> ParsePrecompiledHeaderBuild(

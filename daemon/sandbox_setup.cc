@@ -76,7 +76,7 @@ boost::system::result<SandboxRuntime, SandboxError> SetUpSandbox(const v1::Daemo
                                                                  const HostInfo& host,
                                                                  const std::string& exe_dir) {
   SandboxRuntime rt;
-  if (config.danger_insecure_no_sandbox()) {
+  if (config.sandbox().danger_insecure_no_sandbox()) {
     rt.description = "NONE: insecure development mode (danger_insecure_no_sandbox)";
     return rt;
   }
@@ -84,21 +84,21 @@ boost::system::result<SandboxRuntime, SandboxError> SetUpSandbox(const v1::Daemo
     return SandboxError{*e + "; for development only, --danger-insecure-no-sandbox runs without it"};
   }
   SandboxSettings s;
-  s.binary = config.sandbox_binary().empty() ? FirstExisting({fs::path(exe_dir) / "kbox-sandbox"})
-                                             : config.sandbox_binary();
+  s.binary = config.sandbox().sandbox_binary().empty() ? FirstExisting({fs::path(exe_dir) / "kbox-sandbox"})
+                                                       : config.sandbox().sandbox_binary();
   if (s.binary.empty() || ::access(s.binary.c_str(), X_OK) != 0) {
     return SandboxError{"kbox-sandbox not found beside kboxd (" + exe_dir + "); set sandbox_binary"};
   }
-  s.policy_dir = config.seccomp_policy_dir().empty()
-                     ? FirstExisting({fs::path(exe_dir) / "../share/kbox/seccomp",
-                                      fs::path(exe_dir) / "../../policy/seccomp",
-                                      fs::path(KBOX_SOURCE_POLICY_DIR)})
-                     : config.seccomp_policy_dir();
+  s.policy_dir =
+      config.sandbox().seccomp_policy_dir().empty()
+          ? FirstExisting({fs::path(exe_dir) / "../share/kbox/seccomp",
+                           fs::path(exe_dir) / "../../policy/seccomp", fs::path(KBOX_SOURCE_POLICY_DIR)})
+          : config.sandbox().seccomp_policy_dir();
   for (const char* profile : {"compile.policy", "run.policy"}) {
     auto loaded = SeccompPolicy::LoadFile(s.policy_dir / profile);
     if (!loaded) return SandboxError{"seccomp " + loaded.error().field + ": " + loaded.error().message};
   }
-  const fs::path work = config.work_dir();
+  const fs::path work = config.store().work_dir();
   const fs::path policy_out = work / "policy";
   std::error_code ec;
   fs::create_directories(policy_out, ec);
@@ -121,16 +121,16 @@ boost::system::result<SandboxRuntime, SandboxError> SetUpSandbox(const v1::Daemo
   fs::create_directories(s.spec_dir, ec);
   fs::create_directories(s.root_mount_point, ec);
   ::chmod(s.spec_dir.c_str(), 0700);
-  s.uid = config.sandbox_uid();
-  s.gid = config.sandbox_gid();
-  s.judge_uid = config.judge_uid();
-  s.judge_gid = config.judge_gid();
+  s.uid = config.sandbox().sandbox_uid();
+  s.gid = config.sandbox().sandbox_gid();
+  s.judge_uid = config.sandbox().judge_uid();
+  s.judge_gid = config.sandbox().judge_gid();
   s.ptxas_path = host.probe.ptxas_path();
 
   std::vector<std::string> ro(std::begin(kDefaultReadOnly), std::end(kDefaultReadOnly));
   ro.insert(ro.end(), host.probe.python_paths().begin(), host.probe.python_paths().end());
-  ro.insert(ro.end(), config.sandbox_ro_paths().begin(), config.sandbox_ro_paths().end());
-  ro.push_back(config.harness_dir());
+  ro.insert(ro.end(), config.sandbox().sandbox_ro_paths().begin(), config.sandbox().sandbox_ro_paths().end());
+  ro.push_back(config.sandbox().harness_dir());
   {
     // The one file, not kboxd's directory: the candidate's process loads it.
     const fs::path probe = fs::path(s.binary).parent_path() / "libkbox_launch_probe.so";
@@ -153,9 +153,9 @@ boost::system::result<SandboxRuntime, SandboxError> SetUpSandbox(const v1::Daemo
   }
   s.ro_paths = NormalizeReadOnlyPaths(ro);
   s.run_masked_paths.assign(std::begin(kRunMaskedPaths), std::end(kRunMaskedPaths));
-  s.limits = CgroupLimits{.memory_bytes = config.job_memory_bytes(),
-                          .pids = config.job_pids(),
-                          .cpu_cores = config.job_cpu_cores()};
+  s.limits = CgroupLimits{.memory_bytes = config.limits().job_memory_bytes(),
+                          .pids = config.limits().job_pids(),
+                          .cpu_cores = config.limits().job_cpu_cores()};
 
   rt.description = "namespaces (user, pid, mount, network, ipc, uts, cgroup), seccomp";
   auto cgroups = CgroupRoot::Create("kbox-" + std::to_string(::getpid()));

@@ -13,6 +13,8 @@ import threading
 import time
 import urllib.parse
 
+from kbox_config_text import sectioned
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -82,7 +84,7 @@ class Daemon(object):
         self.keep = keep
         config = os.path.join(self.dir, "kbox.textproto")
         with open(config, "w") as f:
-            f.write(config_text)
+            f.write(sectioned(config_text))
         tokens_path = os.path.join(self.dir, "tokens")
         with open(tokens_path, "w") as f:
             for name, (secret, limit) in tokens.items():

@@ -53,26 +53,35 @@ class MemFile {
 
 inline std::string BoundsViolation(const v1::DaemonConfig& c) {
   constexpr uint64_t kMiB = 1ull << 20;
-  if (c.listen().empty() || c.python().empty() || c.python().front() != '/') return "listen/python";
-  if (c.max_body_bytes() == 0 || c.max_body_bytes() > 64 * kMiB) return "max_body_bytes";
-  if (c.max_source_bytes() == 0 || c.max_source_bytes() > c.max_body_bytes()) {
+  if (c.listener().listen().empty() || c.sandbox().python().empty() || c.sandbox().python().front() != '/')
+    return "listen/python";
+  if (c.listener().max_body_bytes() == 0 || c.listener().max_body_bytes() > 64 * kMiB)
+    return "max_body_bytes";
+  if (c.limits().max_source_bytes() == 0 || c.limits().max_source_bytes() > c.listener().max_body_bytes()) {
     return "max_source_bytes";
   }
-  if (c.read_timeout_s() == 0 || c.write_timeout_s() == 0) return "read/write timeout";
-  if (c.header_timeout_s() == 0 || c.header_timeout_s() > c.read_timeout_s()) {
+  if (c.listener().read_timeout_s() == 0 || c.listener().write_timeout_s() == 0) return "read/write timeout";
+  if (c.listener().header_timeout_s() == 0 ||
+      c.listener().header_timeout_s() > c.listener().read_timeout_s()) {
     return "header_timeout_s";
   }
-  if (c.max_connections() == 0 || c.max_connections() > 1u << 20) return "max_connections";
-  if (c.max_in_flight_jobs() == 0 || c.max_in_flight_jobs() > 4096) return "max_in_flight_jobs";
-  if (c.io_threads() == 0 || c.io_threads() > 64) return "io_threads";
-  if (c.compile_workers() == 0 || c.compile_workers() > 256) return "compile_workers";
-  if (c.cpu_run_slots() == 0 || c.cpu_run_slots() > 256) return "cpu_run_slots";
-  if (c.default_time_limit_s() == 0 || c.default_time_limit_s() > c.max_time_limit_s()) {
+  if (c.listener().max_connections() == 0 || c.listener().max_connections() > 1u << 20)
+    return "max_connections";
+  if (c.limits().max_in_flight_jobs() == 0 || c.limits().max_in_flight_jobs() > 4096)
+    return "max_in_flight_jobs";
+  if (c.listener().io_threads() == 0 || c.listener().io_threads() > 64) return "io_threads";
+  if (c.scheduling().compile_workers() == 0 || c.scheduling().compile_workers() > 256)
+    return "compile_workers";
+  if (c.scheduling().cpu_run_slots() == 0 || c.scheduling().cpu_run_slots() > 256) return "cpu_run_slots";
+  if (c.limits().default_time_limit_s() == 0 ||
+      c.limits().default_time_limit_s() > c.limits().max_time_limit_s()) {
     return "default_time_limit_s";
   }
-  if (c.default_performance_trials() > c.max_performance_trials()) return "performance trials";
-  if (c.job_pids() < 64 || c.job_memory_bytes() < 256 * kMiB) return "job_pids/job_memory_bytes";
-  for (const auto& b : c.backends()) {
+  if (c.limits().default_performance_trials() > c.limits().max_performance_trials())
+    return "performance trials";
+  if (c.limits().job_pids() < 64 || c.limits().job_memory_bytes() < 256 * kMiB)
+    return "job_pids/job_memory_bytes";
+  for (const auto& b : c.scheduling().backends()) {
     if (b != "cpu" && b != "cuda" && b != "triton") return "backends";
   }
   return "";

@@ -73,7 +73,7 @@ def daemon():
     work_dir = os.path.join(root, "work")
     config = os.path.join(root, "kbox.textproto")
     with open(config, "w") as f:
-        f.write(DAEMON_CONFIG)
+        f.write(it.sectioned(DAEMON_CONFIG))
     stderr_path = os.path.join(root, "kboxd.stderr")
     # A secret only kboxd's own environment holds: no job may ever show it.
     env = dict(os.environ, KBOX_IT_DAEMON_SECRET=it.DAEMON_SECRET)

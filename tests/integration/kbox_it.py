@@ -19,6 +19,7 @@ import http.client
 import json
 import os
 import re
+import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -29,6 +30,9 @@ EXAMPLE_DIR = os.path.join(REPO, "docs", "examples", "bias_relu")
 # Job parameters shared by conftest.py (which submits) and the tests (which check).
 # Job limits for a suite's own kboxd (own_kboxd) on a small host; a suite
 # appends its own lines.
+sys.path.insert(0, os.path.join(REPO, "scripts"))
+from kbox_config_text import sectioned  # noqa: E402  (kboxd's config file from name: value lines)
+
 SMALL_JOBS_CONFIG = """\
 default_time_limit_s: 60
 max_time_limit_s: 120
@@ -380,7 +384,7 @@ def own_kboxd(prefix, config_text, extra_args=(), start_timeout=120, precompiled
     root = tempfile.mkdtemp(prefix=prefix)
     config = os.path.join(root, "kbox.textproto")
     with open(config, "w") as f:
-        f.write(config_text)
+        f.write(sectioned(config_text))
     stderr_path = os.path.join(root, "kboxd.stderr")
 
     def stderr():

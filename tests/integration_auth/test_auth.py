@@ -100,7 +100,7 @@ class Kboxd(object):
         self.config_path = os.path.join(self.dir, "kbox.textproto")
         self.tokens_path = os.path.join(self.dir, "tokens")
         with open(self.config_path, "w") as f:
-            f.write(config)
+            f.write(it.sectioned(config))
         self.write_tokens(tokens)
         self.stderr_path = os.path.join(self.dir, "kboxd.stderr")
         self.args = [os.path.join(it.bin_dir(), "kboxd"), "--listen", "127.0.0.1:0",

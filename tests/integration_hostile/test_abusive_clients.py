@@ -71,7 +71,7 @@ class Daemon(object):
         os.makedirs(self.dir)
         config_path = os.path.join(self.dir, "kbox.textproto")
         with open(config_path, "w") as f:
-            f.write(config)
+            f.write(it.sectioned(config))
         self.stderr_path = os.path.join(self.dir, "kboxd.stderr")
         args = [os.path.join(it.bin_dir(), "kboxd"), "--listen", "127.0.0.1:0",
                 "--work-dir", os.path.join(self.dir, "work"), "--config", config_path] + it.NO_PCH

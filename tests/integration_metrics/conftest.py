@@ -40,7 +40,7 @@ class Kboxd(object):
         self.root = root
         config = os.path.join(root, "kbox.textproto")
         with open(config, "w") as f:
-            f.write(CONFIG)
+            f.write(it.sectioned(CONFIG))
         self.stderr_path = os.path.join(root, "kboxd.stderr")
         with open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(

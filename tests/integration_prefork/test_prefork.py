@@ -46,7 +46,7 @@ class Kboxd(object):
         os.makedirs(self.work_dir)
         config = os.path.join(self.work_dir, "kbox.textproto")
         with open(config, "w") as f:
-            f.write(CONFIG % os.path.join(root, "build-cache") + extra_config)
+            f.write(it.sectioned(CONFIG % os.path.join(root, "build-cache") + extra_config))
         self.stderr_path = os.path.join(self.work_dir, "kboxd.stderr")
         with open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(

@@ -78,13 +78,15 @@ app.kubernetes.io/component: kboxd
 
 {{/* One text-format field: `name: value`, one line per element for repeated fields. Numbers
      arrive as float64 (Helm decodes values through JSON): integral ones print as integers,
-     never as 1e+06. */}}
+     never as 1e+06. An enum value is passed as (dict "enum" "NAME") and prints unquoted. */}}
 {{- define "kbox.textprotoField" -}}
 {{- $name := index . 0 }}
 {{- $values := index . 1 }}
 {{- if not (kindIs "slice" $values) }}{{ $values = list $values }}{{ end }}
 {{- range $values }}
-{{- if kindIs "string" . }}
+{{- if kindIs "map" . }}
+{{ $name }}: {{ .enum }}
+{{- else if kindIs "string" . }}
 {{ $name }}: {{ . | quote }}
 {{- else if kindIs "bool" . }}
 {{ $name }}: {{ . }}
@@ -96,8 +98,9 @@ app.kubernetes.io/component: kboxd
 {{- end }}
 {{- end }}
 
-{{/* Compile stages at once when values.config names none: the pod's CPU request in whole cores,
-at least 1. kboxd's own default counts the cores it sees, which in a container are the node's. */}}
+{{/* Compile stages at once when values.config.scheduling names none: the pod's CPU request in
+whole cores, at least 1. kboxd's own default counts the cores it sees, which in a container are
+the node's. */}}
 {{- define "kbox.compileWorkers" -}}
 {{- $cpu := toString (dig "requests" "cpu" "1" (.Values.resources | default dict)) -}}
 {{- if hasSuffix "m" $cpu -}}
@@ -107,33 +110,68 @@ at least 1. kboxd's own default counts the cores it sees, which in a container a
 {{- end -}}
 {{- end }}
 
+{{/* DaemonConfig's sections, in config.proto's order; values.config is keyed by them. */}}
+{{- define "kbox.configSections" -}}listener auth limits sandbox scheduling caches store experimental{{- end }}
+
+{{/* A whole config file: (list $ owned) where owned maps each section to the chart's own fields
+of it. Each section is rendered once, `name {` ... `}`, the chart's fields first, then
+values.config's (a field the chart sets is not taken from values.config); a section with no
+field is left out. */}}
+{{- define "kbox.configSectionsText" -}}
+{{- $root := index . 0 }}
+{{- $owned := index . 1 }}
+{{- range $section := splitList " " (include "kbox.configSections" $root) }}
+{{- $chart := get $owned $section | default dict }}
+{{- $values := get ($root.Values.config | default dict) $section | default dict }}
+{{- $body := "" }}
+{{- range $name, $value := $chart }}
+{{- $body = print $body (include "kbox.textprotoField" (list $name $value)) }}
+{{- end }}
+{{- range $name, $value := $values }}
+{{- if not (hasKey $chart $name) }}
+{{- $body = print $body (include "kbox.textprotoField" (list $name $value)) }}
+{{- end }}
+{{- end }}
+{{- if $body }}
+{{ $section }} {
+{{- $body | trimPrefix "\n" | nindent 2 }}
+}
+{{- end }}
+{{- end }}
+{{- end }}
+
 {{/* kboxd's config file (kbox.v1.DaemonConfig, text format). */}}
 {{- define "kbox.configText" -}}
-# kbox.v1.DaemonConfig (proto/kbox/v1/config.proto), rendered by the kbox chart.
-# Chart-owned fields:
-{{- include "kbox.textprotoField" (list "listen" (printf "0.0.0.0:%d" (int64 .Values.containerPort))) }}
-{{- include "kbox.textprotoField" (list "work_dir" (include "kbox.paths.workDir" .)) }}
-{{- include "kbox.textprotoField" (list "build_cache_dir" (include "kbox.paths.buildCacheDir" .)) }}
-{{- if not .Values.config.compile_workers }}
-{{- include "kbox.textprotoField" (list "compile_workers" (int64 (include "kbox.compileWorkers" .))) }}
+{{- $scheduling := dict }}
+{{- if not (dig "scheduling" "compile_workers" 0 (.Values.config | default dict)) }}
+{{- $_ := set $scheduling "compile_workers" (int64 (include "kbox.compileWorkers" .)) }}
 {{- end }}
 {{- if .Values.compileTier.enabled }}
-role: ROLE_RUN
-{{- include "kbox.textprotoField" (list "compile_endpoint" (include "kbox.compile.endpoint" .)) }}
+{{- $_ := set $scheduling "role" (dict "enum" "ROLE_RUN") }}
+{{- $_ := set $scheduling "compile_endpoint" (include "kbox.compile.endpoint" .) }}
 {{- end }}
+{{- $store := dict "work_dir" (include "kbox.paths.workDir" .) }}
 {{- if .Values.jobStore.enabled }}
-{{- include "kbox.textprotoField" (list "job_store_dir" (include "kbox.paths.jobStoreDir" .)) }}
+{{- $_ := set $store "job_store_dir" (include "kbox.paths.jobStoreDir" .) }}
 {{- end }}
+{{- $auth := dict }}
 {{- if .Values.auth.enabled }}
-{{- include "kbox.textprotoField" (list "api_tokens_file" (include "kbox.paths.tokensFile" .)) }}
+{{- $_ := set $auth "api_tokens_file" (include "kbox.paths.tokensFile" .) }}
 {{- if .Values.auth.requiredForMetrics }}
-{{- include "kbox.textprotoField" (list "auth_required_for_metrics" true) }}
+{{- $_ := set $auth "auth_required_for_metrics" true }}
 {{- end }}
 {{- end }}
-# From values.config:
-{{- range $name, $value := .Values.config }}
-{{- include "kbox.textprotoField" (list $name $value) }}
-{{- end }}
+{{- $owned := dict
+  "listener" (dict "listen" (printf "0.0.0.0:%d" (int64 .Values.containerPort)))
+  "auth" $auth
+  "scheduling" $scheduling
+  "caches" (dict "build_cache_dir" (include "kbox.paths.buildCacheDir" .))
+  "store" $store -}}
+# kbox.v1.DaemonConfig (proto/kbox/v1/config.proto), rendered by the kbox chart from values.config.
+# The chart's own fields, first in their sections: listener.listen, the auth section,
+# scheduling.compile_workers (unless values.config.scheduling names it), scheduling.role and
+# compile_endpoint (compileTier), caches.build_cache_dir, store.work_dir and store.job_store_dir.
+{{- include "kbox.configSectionsText" (list . $owned) }}
 {{ end }}
 
 {{/* The compile tier's pods (docs/compile-tier.md): a name of their own, so that no selector of
@@ -173,19 +211,15 @@ app.kubernetes.io/component: compile
 {{- end }}
 
 {{/* A compile pod's config: role compile, its own workers, no tokens (only the GPU pods reach it
-when networkPolicy.enabled); values.config applies except compile_workers. */}}
+when networkPolicy.enabled); values.config applies except scheduling.compile_workers. */}}
 {{- define "kbox.compile.configText" -}}
-# kbox.v1.DaemonConfig (proto/kbox/v1/config.proto) of a compile-role kboxd, rendered by the kbox chart.
-# Chart-owned fields:
-role: ROLE_COMPILE
-{{- include "kbox.textprotoField" (list "listen" (printf "0.0.0.0:%d" (int64 .Values.containerPort))) }}
-{{- include "kbox.textprotoField" (list "work_dir" (include "kbox.paths.workDir" .)) }}
-{{- include "kbox.textprotoField" (list "build_cache_dir" (include "kbox.paths.buildCacheDir" .)) }}
-{{- include "kbox.textprotoField" (list "compile_workers" (int64 (include "kbox.compile.workers" .))) }}
-# From values.config:
-{{- range $name, $value := .Values.config }}
-{{- if ne $name "compile_workers" }}
-{{- include "kbox.textprotoField" (list $name $value) }}
-{{- end }}
-{{- end }}
+{{- $owned := dict
+  "listener" (dict "listen" (printf "0.0.0.0:%d" (int64 .Values.containerPort)))
+  "scheduling" (dict "role" (dict "enum" "ROLE_COMPILE") "compile_workers" (int64 (include "kbox.compile.workers" .)))
+  "caches" (dict "build_cache_dir" (include "kbox.paths.buildCacheDir" .))
+  "store" (dict "work_dir" (include "kbox.paths.workDir" .)) -}}
+# kbox.v1.DaemonConfig (proto/kbox/v1/config.proto) of a compile-role kboxd, rendered by the kbox
+# chart from values.config. The chart's own fields, first in their sections: listener.listen,
+# scheduling.role and compile_workers (compileTier), caches.build_cache_dir, store.work_dir.
+{{- include "kbox.configSectionsText" (list . $owned) }}
 {{ end }}

@@ -79,7 +79,7 @@ def _launch(name, extra_args):
     root = tempfile.mkdtemp(prefix="kbox-pyclient-%s-" % name)
     config = os.path.join(root, "kbox.textproto")
     with open(config, "w") as f:
-        f.write(DAEMON_CONFIG)
+        f.write(it.sectioned(DAEMON_CONFIG))
     with open(os.path.join(root, "kboxd.stderr"), "wb") as err:
         proc = subprocess.Popen([kboxd, "--listen", "127.0.0.1:0", "--work-dir",
                                  os.path.join(root, "work"), "--config", config] + extra_args +

@@ -118,35 +118,142 @@ function probeErrors({ container }) {
   return errors;
 }
 
+// ---- kboxd's config file, read ---------------------------------------------------------------
+
+// The protobuf text format the chart renders kboxd's config in: `name: value`, `name: [a, b]`
+// and `name { ... }` (or `name < ... >`, with an optional colon), `#` comments, `,`/`;`
+// separators. Returns every field in file order as { path: ['scheduling', 'compile_workers'],
+// value, message, line }: value is a string's contents or a scalar's token (an enum's name, a
+// number, true/false), message is true for a section (its fields follow with longer paths).
+// Throws on what the text format does not allow; protoc (validate.cjs) is the judge of field
+// names and types.
+function parseTextConfig(text) {
+  const tokens = [];
+  let line = 1;
+  const ESCAPES = { n: '\n', t: '\t', r: '\r', '"': '"', "'": "'", '\\': '\\' };
+  for (let i = 0; i < text.length;) {
+    const c = text[i];
+    if (c === '\n') { line++; i++; continue; }
+    if (/\s/.test(c)) { i++; continue; }
+    if (c === '#') { while (i < text.length && text[i] !== '\n') i++; continue; }
+    if (c === '"' || c === "'") {
+      let j = i + 1;
+      let value = '';
+      while (j < text.length && text[j] !== c) {
+        if (text[j] === '\n') throw new Error(`line ${line}: string not closed`);
+        if (text[j] === '\\') { value += ESCAPES[text[j + 1]] || text[j + 1]; j += 2; } else value += text[j++];
+      }
+      if (j >= text.length) throw new Error(`line ${line}: string not closed`);
+      const last = tokens[tokens.length - 1];
+      if (last && last.kind === 'string' && last.open) last.value += value; // "a" "b" is "ab"
+      else tokens.push({ kind: 'string', value, line, open: true });
+      i = j + 1;
+      continue;
+    }
+    if (tokens.length) tokens[tokens.length - 1].open = false;
+    if ('{}<>:[],;'.includes(c)) { tokens.push({ kind: 'punct', value: c, line }); i++; continue; }
+    const word = /^[-+]?[A-Za-z0-9_.]+/.exec(text.slice(i, i + 400));
+    if (!word) throw new Error(`line ${line}: unexpected ${JSON.stringify(c)}`);
+    tokens.push({ kind: 'word', value: word[0], line });
+    i += word[0].length;
+  }
+  const out = [];
+  const punct = (t, v) => t && t.kind === 'punct' && v.includes(t.value);
+  const scalar = (t) => {
+    if (!t || t.kind === 'punct') throw new Error(`line ${t ? t.line : line}: a value is missing`);
+    return t.value;
+  };
+  const fields = (pos, prefix, close) => {
+    while (pos < tokens.length && !punct(tokens[pos], close || '\0')) {
+      const name = tokens[pos++];
+      if (name.kind !== 'word' || !/^[A-Za-z_][A-Za-z0-9_]*$/.test(name.value)) {
+        throw new Error(`line ${name.line}: a field name is expected, not ${JSON.stringify(name.value)}`);
+      }
+      const path = prefix.concat(name.value);
+      const colon = punct(tokens[pos], ':');
+      if (colon) pos++;
+      if (punct(tokens[pos], '{<')) {
+        out.push({ path, value: null, message: true, line: name.line });
+        const end = tokens[pos].value === '{' ? '}' : '>';
+        pos = fields(pos + 1, path, end);
+        if (!punct(tokens[pos], end)) throw new Error(`line ${name.line}: ${path.join('.')} is not closed`);
+        pos++;
+      } else if (!colon) {
+        throw new Error(`line ${name.line}: ':' or '{' is expected after ${path.join('.')}`);
+      } else if (punct(tokens[pos], '[')) {
+        pos++;
+        while (!punct(tokens[pos], ']')) {
+          out.push({ path, value: scalar(tokens[pos++]), message: false, line: name.line });
+          if (punct(tokens[pos], ',')) pos++;
+          else if (!punct(tokens[pos], ']')) throw new Error(`line ${name.line}: ${path.join('.')}: ',' or ']' is expected`);
+        }
+        pos++;
+      } else {
+        out.push({ path, value: scalar(tokens[pos++]), message: false, line: name.line });
+      }
+      if (punct(tokens[pos], ',;')) pos++;
+    }
+    if (close && pos >= tokens.length) throw new Error(`${prefix.join('.')} is not closed`);
+    return pos;
+  };
+  if (fields(0, [], null) !== tokens.length) throw new Error('unexpected closing bracket');
+  return out;
+}
+
+// The config's scalar fields by dotted path ("listener.listen"), each with its values in file
+// order (repeated fields have several; a singular one set twice too, where the last one wins).
+function configFields(configText) {
+  const fields = new Map();
+  for (const f of parseTextConfig(configText)) {
+    if (f.message) continue;
+    const key = f.path.join('.');
+    if (!fields.has(key)) fields.set(key, []);
+    fields.get(key).push(f.value);
+  }
+  return fields;
+}
+
+// One field's value as kboxd reads it (the last one given), or null.
+function configField(fields, key) {
+  const values = fields.get(key);
+  return values && values.length ? values[values.length - 1] : null;
+}
+
 // The config file's paths and port against the pod's mounts and ports.
 function configWiringErrors(parts, objects, configText) {
   const errors = [];
   const { pod, container } = parts;
-  const field = (name) => {
-    const m = configText.match(new RegExp(`^${name}: "([^"]*)"$`, 'm'));
-    return m ? m[1] : null;
-  };
+  let fields;
+  try {
+    fields = configFields(configText);
+  } catch (e) {
+    return [`config does not read as text format: ${e.message}`];
+  }
+  const field = (key) => configField(fields, key);
   const mountFor = (path) => (container.volumeMounts || []).find((m) => path === m.mountPath || path.startsWith(m.mountPath + '/'));
-  const listen = field('listen');
+  const listen = field('listener.listen');
   const port = (container.ports || []).find((p) => p.name === 'http');
   if (!listen || !port || listen !== `0.0.0.0:${port.containerPort}`) {
-    errors.push(`config listen ${listen} is not 0.0.0.0:<the container's http port>`);
+    errors.push(`config listener.listen ${listen} is not 0.0.0.0:<the container's http port>`);
   }
-  for (const name of ['work_dir', 'build_cache_dir']) {
+  // The directories kboxd writes: on the pod's volumes (the build cache's claim or emptyDir, the
+  // job journal's), never on the read-only root.
+  const dirs = ['store.work_dir', 'caches.build_cache_dir'].concat(fields.has('store.job_store_dir') ? ['store.job_store_dir'] : []);
+  for (const name of dirs) {
     const path = field(name);
     const mount = path && mountFor(path);
     if (!mount || mount.readOnly) errors.push(`config ${name} ${path} is not on a writable volume`);
   }
   // Compile stages at once: named (kboxd's own default counts the node's cores, not the pod's)
   // and not above the pod's CPU request in whole cores.
-  const workers = configText.match(/^compile_workers: (\d+)$/m);
+  const workers = field('scheduling.compile_workers');
   const cpu = ((container.resources || {}).requests || {}).cpu;
   const cores = cpu === undefined ? null
     : Math.max(1, Math.floor(String(cpu).endsWith('m') ? parseInt(cpu, 10) / 1000 : Number(cpu)));
-  if (!workers) {
-    errors.push('config has no compile_workers: kboxd would count the node\'s cores, not the pod\'s');
-  } else if (cores !== null && Number(workers[1]) > cores) {
-    errors.push(`compile_workers ${workers[1]} is above the pod's CPU request (${cpu})`);
+  if (workers === null || !/^[1-9][0-9]*$/.test(workers)) {
+    errors.push(`config has no scheduling.compile_workers (${workers}): kboxd would count the node's cores, not the pod's`);
+  } else if (cores !== null && Number(workers) > cores) {
+    errors.push(`scheduling.compile_workers ${workers} is above the pod's CPU request (${cpu})`);
   }
   const key = parts.configKey || 'kboxd.textproto';
   const configMap = byKind(objects, 'ConfigMap').find((c) => c.data && c.data[key] === configText);
@@ -157,13 +264,13 @@ function configWiringErrors(parts, objects, configText) {
   if (!configMount || !configArg || configArg !== `${configMount.mountPath}/${key}`) {
     errors.push(`--config does not name the mounted ConfigMap's ${key}`);
   }
-  const tokensFile = field('api_tokens_file');
+  const tokensFile = field('auth.api_tokens_file');
   if (tokensFile !== null) {
     const mount = mountFor(tokensFile);
     const volume = mount && (pod.spec.volumes || []).find((v) => v.name === mount.name);
     const item = volume && volume.secret && (volume.secret.items || []).find((i) => `${mount.mountPath}/${i.path}` === tokensFile);
     if (tokensFile !== TOKENS_FILE || !item || item.key !== 'tokens' || !mount.readOnly) {
-      errors.push(`api_tokens_file ${tokensFile} is not key "tokens" of a Secret mounted read-only at ${TOKENS_FILE}`);
+      errors.push(`auth.api_tokens_file ${tokensFile} is not key "tokens" of a Secret mounted read-only at ${TOKENS_FILE}`);
     } else {
       const secret = byKind(objects, 'Secret').find((s) => s.metadata.name === volume.secret.secretName);
       if (secret) errors.push(...tokensFileErrors(secret));
@@ -178,23 +285,26 @@ function configWiringErrors(parts, objects, configText) {
 // role run, the compile pods' config says role compile, and an HPA scales the compile Deployment.
 function compileTierErrors(found, objects, configs) {
   const errors = [];
-  const main = configs.get(found.main);
+  const read = (text) => { try { return configFields(text); } catch (e) { return new Map(); } };
+  const main = read(configs.get(found.main));
   const hpas = byKind(objects, 'HorizontalPodAutoscaler');
   if (!found.compile) {
-    if (/^role: /m.test(main) || /^compile_endpoint: /m.test(main)) errors.push('role or compile_endpoint set without a compile tier');
+    if (main.has('scheduling.role') || main.has('scheduling.compile_endpoint')) {
+      errors.push('scheduling.role or compile_endpoint set without a compile tier');
+    }
     if (hpas.length) errors.push('an HPA without a compile tier');
     return errors;
   }
-  const compileConfig = configs.get(found.compile);
-  if (!/^role: ROLE_RUN$/m.test(main)) errors.push('the GPU pods are not role run');
-  if (!/^role: ROLE_COMPILE$/m.test(compileConfig)) errors.push('the compile pods are not role compile');
-  if (/^api_tokens_file: /m.test(compileConfig)) errors.push('the compile pods hold the API tokens');
+  const compileConfig = read(configs.get(found.compile));
+  if (configField(main, 'scheduling.role') !== 'ROLE_RUN') errors.push('the GPU pods are not scheduling.role ROLE_RUN');
+  if (configField(compileConfig, 'scheduling.role') !== 'ROLE_COMPILE') errors.push('the compile pods are not scheduling.role ROLE_COMPILE');
+  if (compileConfig.has('auth.api_tokens_file')) errors.push('the compile pods hold the API tokens');
   const compileLabels = found.compile.pod.metadata.labels;
   const svc = byKind(objects, 'Service').find((s) => matches(s.spec.selector, compileLabels));
-  const endpoint = (main.match(/^compile_endpoint: "([^"]*)"$/m) || [])[1];
+  const endpoint = configField(main, 'scheduling.compile_endpoint');
   const want = svc && `http://${svc.metadata.name}.${svc.metadata.namespace}.svc:${svc.spec.ports[0].port}`;
   if (!svc) errors.push('no Service selects the compile pods');
-  else if (endpoint !== want) errors.push(`compile_endpoint ${endpoint} is not the compile Service (${want})`);
+  else if (endpoint !== want) errors.push(`scheduling.compile_endpoint ${endpoint} is not the compile Service (${want})`);
   const resources = found.compile.container.resources || {};
   for (const side of ['requests', 'limits']) {
     if (Object.keys(resources[side] || {}).some((k) => k.includes('gpu'))) errors.push('the compile pods ask for a GPU');
@@ -284,5 +394,5 @@ function selectorErrors(found, objects) {
 
 module.exports = {
   metadataErrors, workloadParts, allWorkloads, compileTierErrors, securityErrors, probeErrors, configWiringErrors, selectorErrors,
-  ALLOWED_CAPABILITIES,
+  parseTextConfig, configFields, configField, ALLOWED_CAPABILITIES,
 };

@@ -31,7 +31,8 @@ struct StatedDefault {
   std::string value;  // As written: "\"strict\"", "4 MiB", "true", "empty", "0.01".
 };
 
-// The stated default of each field of `message` in the proto source `text`.
+// The stated default of each field of `message` (a section of DaemonConfig)
+// in the proto source `text`.
 std::vector<StatedDefault> StatedDefaults(const std::string& text, const std::string& message) {
   std::vector<StatedDefault> out;
   std::istringstream in(text);
@@ -77,14 +78,30 @@ TEST(ConfigDefaultsTest, EveryDefaultACommentStatesIsTheLoadersDefault) {
   ASSERT_TRUE(file) << "cannot read config.proto";
   std::stringstream text;
   text << file.rdbuf();
-  const auto stated = StatedDefaults(text.str(), "DaemonConfig");
-  const auto applied = ApplyConfigDefaults(v1::DaemonConfig(), 4);
-  ASSERT_TRUE(applied);
-  const auto* descriptor = applied->GetDescriptor();
-  const auto* reflection = applied->GetReflection();
+  const auto applied_config = ApplyConfigDefaults(v1::DaemonConfig(), 4);
+  ASSERT_TRUE(applied_config);
   namespace pb = google::protobuf;
+  const pb::Descriptor* top = applied_config->GetDescriptor();
+  // Each field of DaemonConfig is a section; its settings' comments are in
+  // the section's own message.
+  std::vector<std::pair<StatedDefault, const pb::Message*>> stated;
+  for (int i = 0; i < top->field_count(); ++i) {
+    const pb::FieldDescriptor* section = top->field(i);
+    ASSERT_EQ(section->type(), pb::FieldDescriptor::TYPE_MESSAGE) << section->name() << " is not a section";
+    const pb::Message& applied_section =
+        applied_config->GetReflection()->GetMessage(*applied_config, section);
+    for (auto& s : StatedDefaults(text.str(), section->message_type()->name())) {
+      stated.push_back({s, &applied_section});
+    }
+  }
   int checked = 0;
-  for (const auto& [name, value] : stated) {
+  for (const auto& [default_, section_message] : stated) {
+    const std::string& name = default_.field;
+    const std::string& value = default_.value;
+    const pb::Message& section = *section_message;
+    const pb::Message* applied = &section;
+    const pb::Descriptor* descriptor = section.GetDescriptor();
+    const pb::Reflection* reflection = section.GetReflection();
     const pb::FieldDescriptor* field = descriptor->FindFieldByName(name);
     ASSERT_NE(field, nullptr) << name;
     if (field->is_repeated()) continue;
