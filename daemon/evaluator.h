@@ -29,9 +29,10 @@
 #include "policy/static_check/anticheat_profile.h"
 #include "worker/build_cache/build_cache.h"
 #include "worker/stage_runner.h"
-#include "worker/turn_gate.h"
 
 namespace kbox {
+
+struct JobRun;
 
 class Evaluator {
  public:
@@ -180,10 +181,20 @@ class Evaluator {
                           std::optional<uid_t> owner_uid, std::optional<gid_t> owner_gid,
                           v1::EvaluateResult& result, std::string& output);
 
+  // One attempt of a job, as its phases in order (daemon/job_phases.cc).
   void RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSettings& settings,
               const static_check::AnticheatProfile& anticheat, const std::string& tenant,
               const std::string& workspace, JobCancel& cancel, v1::EvaluateResult& result,
               JobTrace& trace, bool& held_back);
+  // RunJob's phases. Each returns false once the job has ended, its result
+  // set (job_run.h).
+  bool CheckStatically(JobRun& job);
+  bool PrepareWorkspace(JobRun& job, const std::string& workspace);
+  bool CompileOrRestore(JobRun& job);
+  // CompileOrRestore's last way: a compile stage here.
+  bool CompileHere(JobRun& job, std::optional<BuildCache::Flight>& flight, const std::string& cache_key);
+  bool RunOnDevice(JobRun& job);
+  void Grade(JobRun& job);
 
   const v1::DaemonConfig& config_;
   HostInfo host_;
