@@ -180,9 +180,8 @@ Evaluator::TierOutcome Evaluator::BuildOnTier(const v1::EvaluateRequest& request
   // The job's scratch bounds a build made here; it bounds one made there.
   const uint64_t max_bytes =
       config_.limits().job_scratch_bytes() > 0 ? config_.limits().job_scratch_bytes() : (1ull << 32);
-  if (auto error = WriteBuildFiles(FilesOf(artifact), ws.build_dir(), max_bytes, owner_uid, owner_gid)) {
-    return fallback("its build does not check: " + *error);
-  }
+  const Status written = WriteBuildFiles(FilesOf(artifact), ws.build_dir(), max_bytes, owner_uid, owner_gid);
+  if (!written.ok()) return fallback("its build does not check: " + written.message());
   output = artifact.compile_output();
   result.mutable_durations()->set_compile_ms(MsSince(started));
   result.set_build_cache_hit(artifact.cache_hit());

@@ -97,9 +97,10 @@ bool Evaluator::CompileOrRestore(JobRun& job) {
     bool restored = false;
     if (flight->role() == BuildCache::Flight::Role::kHit) {
       // On failure the build dir is empty again and the job compiles.
-      const auto error = build_cache_->Restore(*flight->entry(), job.workspace->build_dir(),
-                                               job.workspace_options.owner_uid, job.workspace_options.owner_gid);
-      if (!error) {
+      const Status restore =
+          build_cache_->Restore(*flight->entry(), job.workspace->build_dir(), job.workspace_options.owner_uid,
+                                job.workspace_options.owner_gid);
+      if (restore.ok()) {
         restored = true;
         durations->set_compile_ms(MsBetween(looked_up, Clock::now()));
         job.output = flight->entry()->compile_output();
@@ -211,10 +212,10 @@ bool Evaluator::RunOnDevice(JobRun& job) {
     // candidate's code loads; the turn comes when the job ahead has ended
     // (and its device probe, if any, passed).
     StageTurn turn(*job.workspace, turn_settings);
-    auto error = turn.Prepare(run_spec, placement);
+    Status ready = turn.Prepare(run_spec, placement);
     const auto started = Clock::now();
-    if (!error) {
-      error = turn.Enqueue(
+    if (ready.ok()) {
+      ready = turn.Enqueue(
           turns, slot,
           // A GPU quarantined by the job ahead: this job goes back to the queue.
           [this, gpu] { return !gpu || device_health_.Healthy(*gpu); },
@@ -227,8 +228,8 @@ bool Evaluator::RunOnDevice(JobRun& job) {
             }
           });
     }
-    if (error) {
-      job.End(InfraCause::kWorkspace, "cannot prepare the job's device turn: " + *error);
+    if (!ready.ok()) {
+      job.End(InfraCause::kWorkspace, "cannot prepare the job's device turn: " + ready.message());
       return false;
     }
     job.ran = runner_.Run(*job.workspace, run_spec, placement);
@@ -247,8 +248,8 @@ bool Evaluator::RunOnDevice(JobRun& job) {
     if (turn.given() && job.ran.report && job.ran.report->set_up_again()) {
       // Set-up failed before the turn (the job then holding the device may
       // have filled its memory): once more, now holding the turn.
-      if (auto again = turn.RunAgainHoldingTheTurn(run_spec, placement)) {
-        job.End(InfraCause::kWorkspace, "cannot prepare the job's device turn: " + *again);
+      if (Status again = turn.RunAgainHoldingTheTurn(run_spec, placement); !again.ok()) {
+        job.End(InfraCause::kWorkspace, "cannot prepare the job's device turn: " + again.message());
         return false;
       }
       metrics_.RecordSetUpAgain(gpu);

@@ -109,9 +109,9 @@ boost::system::result<SandboxRuntime, SandboxError> SetUpSandbox(const v1::Daemo
     if (!strict) return SandboxError{"seccomp " + strict.error().field + ": " + strict.error().message};
     const int fd = ::open(rt.strict_filter_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return SandboxError{"cannot write " + rt.strict_filter_path};
-    auto error = strict->ExportBpf(fd);
+    const Status exported = strict->ExportBpf(fd);
     ::close(fd);
-    if (error) return SandboxError{"cannot export the strict filter: " + *error};
+    if (!exported.ok()) return SandboxError{"cannot export the strict filter: " + exported.message()};
   }
   s.spec_dir = work / "sandbox-specs";
   // Any empty directory the sandbox's unprivileged init can reach (binds

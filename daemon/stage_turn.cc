@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "policy/status.h"
+
 namespace kbox {
 namespace {
 
@@ -22,23 +24,25 @@ StageTurn::StageTurn(JobWorkspace& workspace, Settings settings)
 
 StageTurn::~StageTurn() = default;
 
-std::optional<std::string> StageTurn::NewJudgeDir(StagePlacement& placement) {
+Status StageTurn::NewJudgeDir(StagePlacement& placement) {
   // Fresh for every attempt (a stage queued again, one run again): its seed
   // file and its FIFOs are made in it with O_EXCL by kboxd, where nothing
   // the job ran can have put anything.
   auto dir = workspace_.CreateJudgeDir(settings_.judge_uid, settings_.judge_gid);
-  if (!dir) return dir.error().message;
+  if (!dir) return Status::Error(dir.error().message);
   placement.judge_dir = *dir;
   turn_path_ = *dir / "kbox_turn";
   notes_path_ = *dir / "kbox_turn_notes";
-  return std::nullopt;
+  return Status::Ok();
 }
 
-std::optional<std::string> StageTurn::Prepare(v1::StageSpec& spec, StagePlacement& placement) {
-  if (auto error = NewJudgeDir(placement)) return error;
-  if (settings_.stages_ahead == 0) return std::nullopt;
+Status StageTurn::Prepare(v1::StageSpec& spec, StagePlacement& placement) {
+  if (Status made = NewJudgeDir(placement); !made.ok()) return made;
+  if (settings_.stages_ahead == 0) return Status::Ok();
   gate_ = std::make_unique<TurnGate>();
-  if (auto error = gate_->Open(turn_path_, settings_.judge_uid, settings_.judge_gid)) return error;
+  if (Status opened = gate_->Open(turn_path_, settings_.judge_uid, settings_.judge_gid); !opened.ok()) {
+    return opened;
+  }
   spec.set_device_turn_path(turn_path_.string());
   spec.set_device_notes_path(notes_path_.string());
   spec.set_hand_over_turn(true);
@@ -51,10 +55,10 @@ std::optional<std::string> StageTurn::Prepare(v1::StageSpec& spec, StagePlacemen
   // Each stage ahead may run to the longest time limit, plus its probe.
   placement.turn_wait_limit = (settings_.max_time_limit + std::chrono::seconds(60)) * settings_.stages_ahead;
   placement.pausable = pausable_.get();
-  return std::nullopt;
+  return Status::Ok();
 }
 
-std::optional<std::string> StageTurn::OpenNotes() {
+Status StageTurn::OpenNotes() {
   // The judge's notes move the ticket: set-up over, quiet asked, quiet over,
   // done with the device.
   TurnGate* const gate = gate_.get();
@@ -78,8 +82,8 @@ std::optional<std::string> StageTurn::OpenNotes() {
   });
 }
 
-std::optional<std::string> StageTurn::Enqueue(DeviceTurns& turns, uint32_t slot,
-                                              std::function<bool()> device_serves, OnPause on_pause) {
+Status StageTurn::Enqueue(DeviceTurns& turns, uint32_t slot, std::function<bool()> device_serves,
+                          OnPause on_pause) {
   DeviceTurns::Pauser pauser;
   if (gate_) {
     pauser.pause = [pausable = pausable_, on_pause = std::move(on_pause)] {
@@ -110,26 +114,28 @@ std::optional<std::string> StageTurn::Enqueue(DeviceTurns& turns, uint32_t slot,
       [this](bool due) {
         if (gate_) gate_->MarkDue(due);
       }));
-  return gate_ ? OpenNotes() : std::nullopt;
+  return gate_ ? OpenNotes() : Status::Ok();
 }
 
-std::optional<std::string> StageTurn::RunAgainHoldingTheTurn(v1::StageSpec& spec, StagePlacement& placement) {
+Status StageTurn::RunAgainHoldingTheTurn(v1::StageSpec& spec, StagePlacement& placement) {
   // The old gate goes first, unlinking what is left of its own FIFOs.
   gate_.reset();
-  if (auto error = NewJudgeDir(placement)) return error;
+  if (Status made = NewJudgeDir(placement); !made.ok()) return made;
   gate_ = std::make_unique<TurnGate>();
   spec.set_device_turn_path(turn_path_.string());
   spec.set_device_notes_path(notes_path_.string());
-  if (auto error = gate_->Open(turn_path_, settings_.judge_uid, settings_.judge_gid)) return error;
+  if (Status opened = gate_->Open(turn_path_, settings_.judge_uid, settings_.judge_gid); !opened.ok()) {
+    return opened;
+  }
   gate_->Give();
-  if (auto error = OpenNotes()) return error;
+  if (Status opened = OpenNotes(); !opened.ok()) return opened;
   // Given at once: the limit counts from this run's set-up's end.
   placement.turn_granted_ns = gate_->granted_ns();
   placement.set_up_done_ns = gate_->set_up_done_ns();
   placement.turn_due_ns = gate_->due_ns();
   placement.run_again = true;
   spec.set_run_again(true);
-  return std::nullopt;
+  return Status::Ok();
 }
 
 StageTurn::Clock::time_point StageTurn::device_time_from() const { return AtNs(gate_->device_time_from_ns()); }

@@ -18,6 +18,7 @@
 
 #include "daemon/device_turns.h"
 #include "kbox/v1/harness.pb.h"
+#include "policy/status.h"
 #include "worker/job_workspace.h"
 #include "worker/process_group_pause.h"
 #include "worker/stage_runner.h"
@@ -56,18 +57,17 @@ class StageTurn {
 
   // The judge's directory (fresh, made with O_EXCL by kboxd) and, with
   // stages ahead, the gate in it; the spec's and the placement's turn fields
-  // set. An error's text, else nothing.
-  std::optional<std::string> Prepare(v1::StageSpec& spec, StagePlacement& placement);
+  // set.
+  Status Prepare(v1::StageSpec& spec, StagePlacement& placement);
   // Queues the stage for `slot`'s turn on `turns`. When the turn comes,
   // `device_serves()` decides: true gives it, false withdraws it (a GPU
   // quarantined by the job ahead: the job queues again).
-  std::optional<std::string> Enqueue(DeviceTurns& turns, uint32_t slot, std::function<bool()> device_serves,
-                                     OnPause on_pause);
+  Status Enqueue(DeviceTurns& turns, uint32_t slot, std::function<bool()> device_serves, OnPause on_pause);
   // A stage whose set-up failed before its turn (StageReport.set_up_again)
   // runs once more holding the turn: a new judge directory and gate (the
   // first judge unlinked its FIFOs), the turn given at once, its notes to
   // the same ticket. Needs a gated, given turn.
-  std::optional<std::string> RunAgainHoldingTheTurn(v1::StageSpec& spec, StagePlacement& placement);
+  Status RunAgainHoldingTheTurn(v1::StageSpec& spec, StagePlacement& placement);
 
   // With stages ahead: whether the stage ran with a gate, its turn came, or
   // was withdrawn before it came.
@@ -88,8 +88,8 @@ class StageTurn {
   double SetUpWaitMs() const;
 
  private:
-  std::optional<std::string> NewJudgeDir(StagePlacement& placement);
-  std::optional<std::string> OpenNotes();
+  Status NewJudgeDir(StagePlacement& placement);
+  Status OpenNotes();
 
   JobWorkspace& workspace_;
   const Settings settings_;

@@ -175,16 +175,16 @@ int main(int argc, char** argv) {
       std::cerr << "kbox-policy: cannot write " << args[2] << "\n";
       return 1;
     }
-    auto error = policy->ExportBpf(fd);
+    const kbox::Status exported = policy->ExportBpf(fd);
     ::close(fd);
-    if (error) std::cerr << "kbox-policy: " << *error << "\n";
-    return error ? 1 : 0;
+    if (!exported.ok()) std::cerr << "kbox-policy: " << exported.message() << "\n";
+    return exported.ok() ? 0 : 1;
   }
   if (args[0] == "exec" && args.size() >= 4 && args[2] == "--") {
     std::optional<kbox::SeccompPolicy> policy;
     if (!Load(args[1], policy)) return 1;
-    if (auto error = policy->Install()) {
-      std::cerr << "kbox-policy: " << *error << "\n";
+    if (kbox::Status error = policy->Install(); !error.ok()) {
+      std::cerr << "kbox-policy: " << error.message() << "\n";
       return 1;
     }
     ::execvp(argv[4], argv + 4);

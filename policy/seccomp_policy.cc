@@ -15,6 +15,8 @@
 #include <sstream>
 #include <utility>
 
+#include "policy/status.h"
+
 namespace kbox {
 namespace {
 
@@ -400,14 +402,14 @@ std::optional<std::string> Build(const std::map<std::string, std::vector<Seccomp
 
 }  // namespace
 
-std::optional<std::string> SeccompPolicy::Install() const {
+Status SeccompPolicy::Install() const {
   if (base_) {
-    if (auto error = base_->Install()) return error;
+    if (Status installed = base_->Install(); !installed.ok()) return installed;
   }
   Filter filter;
-  if (auto error = Build(rules_, filter, false, base_ != nullptr)) return error;
-  if (int rc = seccomp_load(filter.get()); rc < 0) return SeccompError("seccomp_load", rc);
-  return std::nullopt;
+  if (auto error = Build(rules_, filter, false, base_ != nullptr)) return Status::Error(*error);
+  if (int rc = seccomp_load(filter.get()); rc < 0) return Status::Error(SeccompError("seccomp_load", rc));
+  return Status::Ok();
 }
 
 boost::system::result<int, FieldError> SeccompPolicy::InstallWithListener() const {
@@ -422,13 +424,13 @@ boost::system::result<int, FieldError> SeccompPolicy::InstallWithListener() cons
   return fd;
 }
 
-std::optional<std::string> SeccompPolicy::ExportBpf(int fd) const {
+Status SeccompPolicy::ExportBpf(int fd) const {
   Filter filter;
-  if (auto error = Build(rules_, filter, false, base_ != nullptr)) return error;
+  if (auto error = Build(rules_, filter, false, base_ != nullptr)) return Status::Error(*error);
   if (int rc = seccomp_export_bpf(filter.get(), fd); rc < 0) {
-    return SeccompError("seccomp_export_bpf", rc);
+    return Status::Error(SeccompError("seccomp_export_bpf", rc));
   }
-  return std::nullopt;
+  return Status::Ok();
 }
 
 std::string SeccompPolicy::ResolvedListing() const {

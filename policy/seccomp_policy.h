@@ -38,6 +38,7 @@
 #include <boost/system/result.hpp>
 
 #include "policy/field_error.h"
+#include "policy/status.h"
 
 namespace kbox {
 
@@ -96,7 +97,7 @@ class SeccompPolicy {
   // unprivileged process needs to load a filter. libseccomp allocates: after
   // fork() in a multi-threaded parent use ExportBpf beforehand and install the
   // program with seccomp(2) instead. Returns an error message on failure.
-  std::optional<std::string> Install() const;
+  Status Install() const;
 
   // Like Install(), for a single-threaded caller about to exec, but a call
   // the profile does not allow is held and reported on the returned listener
@@ -107,7 +108,7 @@ class SeccompPolicy {
 
   // Writes the compiled BPF program (struct sock_filter[]) to `fd`, for a
   // process that installs it itself (the harness's second, strict stage).
-  std::optional<std::string> ExportBpf(int fd) const;
+  Status ExportBpf(int fd) const;
 
   // One line per rule, sorted: "<name> <action>[ <conditions>]", e.g.
   // "clone allow arg0&0x7e020000==0", "clone3 errno ENOSYS", "ptrace kill".

@@ -9,6 +9,8 @@
 #include <cstring>
 #include <system_error>
 
+#include "policy/status.h"
+
 namespace kbox {
 namespace fs = std::filesystem;
 namespace {
@@ -51,8 +53,8 @@ boost::system::result<JobWorkspace, WorkspaceError> JobWorkspace::Create(
       return WorkspaceError{ErrnoText("cannot chown " + path.string())};
     }
   }
-  if (auto e = ws.WriteFile("reference.py", reference_source)) return WorkspaceError{*e};
-  if (auto e = ws.WriteFile("candidate.py", candidate_source)) return WorkspaceError{*e};
+  if (Status e = ws.WriteFile("reference.py", reference_source); !e.ok()) return WorkspaceError{e.message()};
+  if (Status e = ws.WriteFile("candidate.py", candidate_source); !e.ok()) return WorkspaceError{e.message()};
   return ws;
 }
 
@@ -93,11 +95,10 @@ boost::system::result<fs::path, WorkspaceError> JobWorkspace::CreateJudgeDir(
   return WorkspaceError{"too many run stages in " + root_.string()};
 }
 
-std::optional<std::string> JobWorkspace::WriteFile(const std::string& name,
-                                                   const std::string& content) const {
+Status JobWorkspace::WriteFile(const std::string& name, const std::string& content) const {
   const fs::path path = src_dir() / name;
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoText("cannot create " + path.string());
+  if (fd < 0) return Status::Error(ErrnoText("cannot create " + path.string()));
   size_t written = 0;
   while (written < content.size()) {
     const ssize_t n = ::write(fd, content.data() + written, content.size() - written);
@@ -105,12 +106,12 @@ std::optional<std::string> JobWorkspace::WriteFile(const std::string& name,
       if (errno == EINTR) continue;
       const std::string err = ErrnoText("cannot write " + path.string());
       ::close(fd);
-      return err;
+      return Status::Error(err);
     }
     written += static_cast<size_t>(n);
   }
-  if (::close(fd) != 0) return ErrnoText("cannot close " + path.string());
-  return std::nullopt;
+  if (::close(fd) != 0) return Status::Error(ErrnoText("cannot close " + path.string()));
+  return Status::Ok();
 }
 
 bool JobWorkspace::OnlyBuildDirWritten() const {

@@ -19,12 +19,13 @@
 
 #include <sys/types.h>
 
+#include <boost/system/result.hpp>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
 
-#include <boost/system/result.hpp>
+#include "policy/status.h"
 
 namespace kbox {
 
@@ -70,8 +71,7 @@ class JobWorkspace {
 
   // Writes `content` to a new file `name` in src/ (no links followed,
   // world-readable, never overwriting). Returns an error message on failure.
-  std::optional<std::string> WriteFile(const std::string& name,
-                                       const std::string& content) const;
+  Status WriteFile(const std::string& name, const std::string& content) const;
 
   // A fresh directory for one run stage's judge (judge-1, judge-2, ...):
   // made by kboxd in the job's root, which no stage can write, so nothing a

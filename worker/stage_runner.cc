@@ -9,6 +9,8 @@
 #include <iostream>
 #include <string_view>
 
+#include "policy/status.h"
+
 namespace kbox {
 namespace fs = std::filesystem;
 namespace {
@@ -328,21 +330,20 @@ std::optional<ProcessOutcome> StageRunner::RunPreforked(const std::string& slot,
   return outcome;
 }
 
-std::optional<std::string> StageRunner::WriteSecret(const fs::path& judge_dir, uint64_t seed,
-                                                    std::string& path) const {
+Status StageRunner::WriteSecret(const fs::path& judge_dir, uint64_t seed, std::string& path) const {
   // In the judge's own directory, which kboxd made for this stage alone (so
   // O_EXCL cannot meet a file a job planted), readable by the judge's uid
   // only. The spec files sit in the read-only source directory, which the
   // candidate's process can read.
   path = (judge_dir / "kbox_secret.json").string();
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0) return "cannot create the judge's seed file in " + judge_dir.filename().string();
+  if (fd < 0) return Status::Error("cannot create the judge's seed file in " + judge_dir.filename().string());
   const std::string text = "{\"seed\": \"" + std::to_string(seed) + "\"}\n";
   const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
                   (!sandbox_ || ::fchown(fd, sandbox_->judge_uid, sandbox_->judge_gid) == 0);
   ::close(fd);
-  if (!ok) return "cannot write the judge's seed file";
-  return std::nullopt;
+  if (!ok) return Status::Error("cannot write the judge's seed file");
+  return Status::Ok();
 }
 
 std::optional<JobCgroup> StageRunner::CreateStageCgroup(const JobWorkspace& ws, v1::Stage stage,
@@ -379,8 +380,8 @@ StageOutcome StageRunner::Run(const JobWorkspace& ws, const v1::StageSpec& given
       placement.judge_dir = *dir;
     }
     std::string secret;
-    if (auto error = WriteSecret(placement.judge_dir, given.seed(), secret)) {
-      outcome.process.spawn_error = *error;
+    if (Status error = WriteSecret(placement.judge_dir, given.seed(), secret); !error.ok()) {
+      outcome.process.spawn_error = error.message();
       return outcome;
     }
     spec.set_secret_path(secret);
@@ -432,8 +433,8 @@ StageOutcome StageRunner::Run(const JobWorkspace& ws, const v1::StageSpec& given
   // before its turn. The new spec replaces it (unlinked, then created with
   // O_EXCL: a link there is removed, never followed).
   ::unlink((ws.src_dir() / name).c_str());
-  if (auto error = ws.WriteFile(name, json)) {
-    outcome.process.spawn_error = *error;
+  if (Status error = ws.WriteFile(name, json); !error.ok()) {
+    outcome.process.spawn_error = error.message();
     return outcome;
   }
   ProcessSpec harness = BuildProcessSpec(ws, (ws.src_dir() / name).string(), placement);

@@ -12,6 +12,7 @@
 
 #include "kbox/v1/harness.pb.h"
 #include "kbox/v1/sandbox.pb.h"
+#include "policy/status.h"
 #include "worker/job_cgroup.h"
 #include "worker/job_workspace.h"
 #include "worker/process_group_pause.h"
@@ -188,8 +189,7 @@ class StageRunner {
 
  private:
   // Writes the run stage's secret seed file into the judge's directory; sets `path`.
-  std::optional<std::string> WriteSecret(const std::filesystem::path& judge_dir, uint64_t seed,
-                                         std::string& path) const;
+  Status WriteSecret(const std::filesystem::path& judge_dir, uint64_t seed, std::string& path) const;
   // The stage's cgroup, where the host delegates cgroups; `error` set when
   // it could not be made.
   std::optional<JobCgroup> CreateStageCgroup(const JobWorkspace& workspace, v1::Stage stage,

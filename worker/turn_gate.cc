@@ -5,10 +5,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <algorithm>
 #include <cstring>
+
+#include "policy/status.h"
 
 namespace kbox {
 
@@ -19,19 +21,18 @@ namespace {
 // writer open: the judge's open never blocks, its read sees data or, once
 // this end is closed, end-of-file, and its writes always find a reader.
 // `created` names it once it exists (for the destructor to unlink).
-std::optional<std::string> MakeFifo(const std::filesystem::path& path, std::optional<uid_t> owner_uid,
-                                    std::optional<gid_t> owner_gid, Fd& fd,
-                                    std::filesystem::path& created) {
+Status MakeFifo(const std::filesystem::path& path, std::optional<uid_t> owner_uid,
+                std::optional<gid_t> owner_gid, Fd& fd, std::filesystem::path& created) {
   if (::mkfifo(path.c_str(), 0600) != 0) {
-    return "mkfifo " + path.string() + ": " + std::strerror(errno);
+    return Status::Error("mkfifo " + path.string() + ": " + std::strerror(errno));
   }
   created = path;
   fd.reset(::open(path.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW));
-  if (fd.get() < 0) return "open " + path.string() + ": " + std::strerror(errno);
+  if (fd.get() < 0) return Status::Error("open " + path.string() + ": " + std::strerror(errno));
   if (owner_uid && ::fchown(fd.get(), *owner_uid, owner_gid.value_or(static_cast<gid_t>(-1))) != 0) {
-    return "chown " + path.string() + ": " + std::strerror(errno);
+    return Status::Error("chown " + path.string() + ": " + std::strerror(errno));
   }
-  return std::nullopt;
+  return Status::Ok();
 }
 
 // steady_clock's now in nanoseconds since its epoch; never 0 (0 means "not yet").
@@ -51,19 +52,17 @@ TurnGate::~TurnGate() {
   if (!notes_path_.empty()) ::unlink(notes_path_.c_str());
 }
 
-std::optional<std::string> TurnGate::Open(const std::filesystem::path& path,
-                                          std::optional<uid_t> owner_uid,
-                                          std::optional<gid_t> owner_gid) {
+Status TurnGate::Open(const std::filesystem::path& path, std::optional<uid_t> owner_uid,
+                      std::optional<gid_t> owner_gid) {
   return MakeFifo(path, owner_uid, owner_gid, fd_, path_);
 }
 
-std::optional<std::string> TurnGate::OpenNotes(const std::filesystem::path& path,
-                                               std::optional<uid_t> owner_uid,
-                                               std::optional<gid_t> owner_gid,
-                                               std::function<void(v1::DeviceTurnNote)> on_note) {
-  if (auto error = MakeFifo(path, owner_uid, owner_gid, notes_fd_, notes_path_)) return error;
+Status TurnGate::OpenNotes(const std::filesystem::path& path, std::optional<uid_t> owner_uid,
+                           std::optional<gid_t> owner_gid, std::function<void(v1::DeviceTurnNote)> on_note) {
+  if (Status made = MakeFifo(path, owner_uid, owner_gid, notes_fd_, notes_path_); !made.ok()) return made;
   int wake[2];
-  if (::pipe2(wake, O_CLOEXEC | O_NONBLOCK) != 0) return std::string("pipe2: ") + std::strerror(errno);
+  if (::pipe2(wake, O_CLOEXEC | O_NONBLOCK) != 0)
+    return Status::Error(std::string("pipe2: ") + std::strerror(errno));
   wake_r_.reset(wake[0]);
   wake_w_.reset(wake[1]);
   notes_reader_ = std::thread([this, on_note = std::move(on_note)] {
@@ -90,7 +89,7 @@ std::optional<std::string> TurnGate::OpenNotes(const std::filesystem::path& path
       }
     }
   });
-  return std::nullopt;
+  return Status::Ok();
 }
 
 void TurnGate::StopNotes() {

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "kbox/v1/harness.pb.h"
+#include "policy/status.h"
 #include "worker/unique_fd.h"
 
 namespace kbox {
@@ -34,17 +35,15 @@ class TurnGate {
   // sandbox's user) and opens kboxd's end read-write, so that the judge's
   // open never blocks and its read sees end-of-file once this end closes.
   // Returns why not on failure.
-  std::optional<std::string> Open(const std::filesystem::path& path,
-                                  std::optional<uid_t> owner_uid = std::nullopt,
-                                  std::optional<gid_t> owner_gid = std::nullopt);
+  Status Open(const std::filesystem::path& path, std::optional<uid_t> owner_uid = std::nullopt,
+              std::optional<gid_t> owner_gid = std::nullopt);
 
   // The judge's notes to kboxd (v1::DeviceTurnNote, one byte each),
   // through a second FIFO at `path` that it writes. A thread of this gate
   // reads them and calls `on_note` for each, until StopNotes (or the
   // destructor); a byte that is no DeviceTurnNote is skipped.
-  std::optional<std::string> OpenNotes(const std::filesystem::path& path,
-                                       std::optional<uid_t> owner_uid, std::optional<gid_t> owner_gid,
-                                       std::function<void(v1::DeviceTurnNote)> on_note);
+  Status OpenNotes(const std::filesystem::path& path, std::optional<uid_t> owner_uid,
+                   std::optional<gid_t> owner_gid, std::function<void(v1::DeviceTurnNote)> on_note);
   // Joins the notes' reader; on_note is not called after it returns.
   void StopNotes();
 

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <utility>
 
+#include "policy/status.h"
 #include "worker/process_supervision.h"
 #include "worker/sandbox/fd_passing.h"
 
@@ -86,7 +87,7 @@ pid_t Zygote::last_child() const {
   return last_child_;
 }
 
-std::optional<std::string> Zygote::Start() {
+Status Zygote::Start() {
   std::lock_guard lock(mu_);
   return StartLocked();
 }
@@ -109,28 +110,28 @@ void Zygote::Notify(ZygoteEvent event) const {
   if (settings_.observer) settings_.observer(settings_.slot, event);
 }
 
-std::optional<std::string> Zygote::StartLocked() {
+Status Zygote::StartLocked() {
   if (pid_ > 0) {
     // Still ours and alive? A zygote that died between jobs is replaced.
-    if (::waitpid(pid_, nullptr, WNOHANG) == 0 && socket_.get() >= 0) return std::nullopt;
+    if (::waitpid(pid_, nullptr, WNOHANG) == 0 && socket_.get() >= 0) return Status::Ok();
     pid_ = -1;
     socket_.reset();
     died_ = true;
     Notify(ZygoteEvent::kDied);
   }
   if (!start_error_.empty() && Clock::now() - start_failed_at_ < kStartRetryDelay) {
-    return start_error_;
+    return Status::Error(start_error_);
   }
   int pair[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) {
-    return std::string("socketpair: ") + std::strerror(errno);
+    return Status::Error(std::string("socketpair: ") + std::strerror(errno));
   }
   // Their end above fd 3, so the child's dup2 onto 3 always makes a copy
   // without close-on-exec (it would be a no-op if the end were fd 3 itself).
   Fd ours(pair[0]), spare(pair[1]);
   Fd theirs(::fcntl(spare.get(), F_DUPFD_CLOEXEC, kZygoteSocketFd + 1));
   spare.reset();
-  if (theirs.get() < 0) return std::string("fcntl: ") + std::strerror(errno);
+  if (theirs.get() < 0) return Status::Error(std::string("fcntl: ") + std::strerror(errno));
   const std::vector<std::string> args = {settings_.python, "-s", "-B", settings_.script,
                                          "--socket-fd", std::to_string(kZygoteSocketFd),
                                          "--enter-lib", settings_.enter_library};
@@ -140,7 +141,7 @@ std::optional<std::string> Zygote::StartLocked() {
   const auto envp = CStrings(env);
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
-  if (pid < 0) return std::string("fork: ") + std::strerror(errno);
+  if (pid < 0) return Status::Error(std::string("fork: ") + std::strerror(errno));
   if (pid == 0) ExecZygote(argv.data(), envp.data(), theirs.get(), parent);
   theirs.reset();
   pid_ = pid;
@@ -148,13 +149,13 @@ std::optional<std::string> Zygote::StartLocked() {
   const auto ready = Receive(socket_, settings_.start_timeout);
   if (!ready || !ready->starts_with("ready ")) {
     StopLocked();
-    if (stopping_) return std::string("kboxd is stopping the zygote");
+    if (stopping_) return Status::Error(std::string("kboxd is stopping the zygote"));
     start_error_ = "the zygote exited or did not report ready within " +
                    std::to_string(settings_.start_timeout.count()) +
                    " ms (its stderr is in kboxd's log)";
     start_failed_at_ = Clock::now();
     Notify(ZygoteEvent::kStartFailed);
-    return start_error_;
+    return Status::Error(start_error_);
   }
   int threads = 0;
   if (std::sscanf(ready->c_str(), "ready %*d %d", &threads) == 1 && threads > 0) {
@@ -164,7 +165,7 @@ std::optional<std::string> Zygote::StartLocked() {
   Notify(ZygoteEvent::kStarted);
   if (died_) Notify(ZygoteEvent::kRestarted);
   died_ = false;
-  return std::nullopt;
+  return Status::Ok();
 }
 
 std::optional<std::string> Zygote::Receive(const Fd& socket,
@@ -208,7 +209,7 @@ std::optional<ProcessOutcome> Zygote::Run(const std::string& sandbox_spec,
   // stage's counts its interpreter's start; its limits count from the fork.
   const auto asked = Clock::now();
   std::unique_lock lock(mu_);
-  if (StartLocked()) return std::nullopt;
+  if (!StartLocked().ok()) return std::nullopt;
   const auto start = Clock::now();
   ProcessOutcome out;
   int output[2], result[2];

@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "policy/status.h"
 #include "worker/process_runner.h"
 #include "worker/unique_fd.h"
 
@@ -71,7 +72,7 @@ class Zygote {
   Zygote& operator=(const Zygote&) = delete;
 
   // Starts the zygote unless it runs; the error says why it cannot.
-  std::optional<std::string> Start();
+  Status Start();
   // Starts it on this zygote's own starter thread and returns at once. The
   // thread lives as long as this object: a zygote dies with the thread that
   // started it (PR_SET_PDEATHSIG follows the parent thread).
@@ -97,7 +98,7 @@ class Zygote {
   pid_t last_child() const;
 
  private:
-  std::optional<std::string> StartLocked();
+  Status StartLocked();
   void StopLocked();
   void Notify(ZygoteEvent event) const;
   // Asks the starter thread for a start (creating the thread on first use).

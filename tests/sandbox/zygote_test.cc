@@ -155,7 +155,7 @@ class ZygoteTest : public ::testing::Test {
 
   // Runs the no-reference run stage 3 times each way; prints the medians.
   void Figures(bool gpu) {
-    ASSERT_EQ(zygote_->Start(), std::nullopt);
+    ASSERT_TRUE(zygote_->Start().ok());
     const std::string stage = gpu ? "no_candidate_gpu.json" : "no_candidate.json";
     std::vector<double> exec_ms, zygote_ms;
     for (int i = 0; i < 3; ++i) {
@@ -198,7 +198,7 @@ class ZygoteTest : public ::testing::Test {
 // (it checks that and an uninitialised CUDA before each fork, and would have
 // exited otherwise).
 TEST_F(ZygoteTest, EachJobIsAFreshChildOfOneSingleThreadedZygote) {
-  ASSERT_EQ(zygote_->Start(), std::nullopt);
+  ASSERT_TRUE(zygote_->Start().ok());
   const pid_t zygote = zygote_->pid();
   const auto first = Run("bogus_stage.json", std::chrono::seconds(60));
   ExpectReport(first);
@@ -312,7 +312,7 @@ TEST_F(ZygoteTest, DestroyingASingleUseZygoteEndsItsStartAtOnce) {
 // The wall-clock limit holds for a zygote's child as for fork+exec: the job's
 // group is killed; the zygote itself lives on and serves the next job.
 TEST_F(ZygoteTest, WallClockLimitKillsTheJobNotTheZygote) {
-  ASSERT_EQ(zygote_->Start(), std::nullopt);
+  ASSERT_TRUE(zygote_->Start().ok());
   const pid_t zygote = zygote_->pid();
   const auto out = Run("never.json", std::chrono::milliseconds(1500));
   EXPECT_EQ(out.end, ProcessOutcome::End::kTimedOut) << DescribeEnd(out) << out.output_tail;
@@ -325,7 +325,7 @@ TEST_F(ZygoteTest, WallClockLimitKillsTheJobNotTheZygote) {
 // kboxd's shutdown flag ends a zygote's job like a fork+exec'd one
 // (kCancelled within the poll interval); the zygote stays for the next job.
 TEST_F(ZygoteTest, CancelEndsTheJobNotTheZygote) {
-  ASSERT_EQ(zygote_->Start(), std::nullopt);
+  ASSERT_TRUE(zygote_->Start().ok());
   const pid_t zygote = zygote_->pid();
   std::atomic<bool> cancel{false};
   std::thread canceller([&cancel] {
@@ -349,7 +349,7 @@ TEST_F(ZygoteTest, CancelEndsTheJobNotTheZygote) {
 // result), never a verdict on the job; the job's processes die with it, and
 // the next job gets a new zygote.
 TEST_F(ZygoteTest, ZygoteKilledMidJobIsKboxsFailureAndIsReplaced) {
-  ASSERT_EQ(zygote_->Start(), std::nullopt);
+  ASSERT_TRUE(zygote_->Start().ok());
   const pid_t zygote = zygote_->pid();
   std::thread killer([zygote] {
     std::this_thread::sleep_for(std::chrono::milliseconds(1500));
@@ -390,9 +390,9 @@ TEST_F(ZygoteTest, ZygoteThatCannotStartSaysSo) {
                                .enter_library = KBOX_ENTER_LIBRARY,
                                .env = {"PATH=/usr/bin:/bin"},
                                .start_timeout = std::chrono::seconds(30)});
-  const auto error = broken.Start();
-  ASSERT_TRUE(error.has_value());
-  EXPECT_NE(error->find("did not report ready"), std::string::npos) << *error;
+  const Status error = broken.Start();
+  ASSERT_FALSE(error.ok());
+  EXPECT_NE(error.message().find("did not report ready"), std::string::npos) << error.message();
   EXPECT_FALSE(broken.Run(WriteSpec("bogus_stage.json"), ProcessSpec{}).has_value());
 }
 

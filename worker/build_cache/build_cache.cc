@@ -15,6 +15,7 @@
 #include <system_error>
 #include <utility>
 
+#include "policy/status.h"
 #include "worker/sha256.h"
 #include "worker/unique_fd.h"
 
@@ -254,13 +255,13 @@ bool WriteAll(int fd, const char* data, size_t size) {
 }
 
 // Writes a new file (never following or overwriting) with `content`.
-std::optional<std::string> WriteNewFile(const fs::path& path, std::string_view content) {
+Status WriteNewFile(const fs::path& path, std::string_view content) {
   Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
-  if (fd.get() < 0) return ErrnoText("cannot create " + path.string());
+  if (fd.get() < 0) return Status::Error(ErrnoText("cannot create " + path.string()));
   if (!WriteAll(fd.get(), content.data(), content.size()) || ::fchmod(fd.get(), 0644) != 0) {
-    return ErrnoText("cannot write " + path.string());
+    return Status::Error(ErrnoText("cannot write " + path.string()));
   }
-  return std::nullopt;
+  return Status::Ok();
 }
 
 // Names in the directory `dirfd`, sorted; nullopt when it cannot be read.
@@ -765,12 +766,15 @@ BuildCache::InsertResult BuildCache::Insert(const std::string& key, const fs::pa
   }
   manifest.output_size = compile_output.size();
   manifest.output_sha256 = Sha256Hex(compile_output);
-  if (auto e = WriteNewFile(tmp / kOutputName, compile_output)) return discard(InsertStatus::kFailed, *e);
+  if (Status e = WriteNewFile(tmp / kOutputName, compile_output); !e.ok()) {
+    return discard(InsertStatus::kFailed, e.message());
+  }
   const std::string text = FormatManifest(manifest);
   uint64_t bytes = text.size() + compile_output.size();
   for (const auto& item : manifest.items) bytes += item.size;
   if (bytes > options_.max_bytes) return discard(InsertStatus::kTooLarge, "larger than the cache's bound");
-  if (auto e = WriteNewFile(tmp / kManifestName, text)) return discard(InsertStatus::kFailed, *e);
+  if (Status e = WriteNewFile(tmp / kManifestName, text); !e.ok())
+    return discard(InsertStatus::kFailed, e.message());
 
   const fs::path final_dir = options_.root / key;
   std::vector<fs::path> doomed;
@@ -804,12 +808,11 @@ BuildCache::InsertResult BuildCache::Insert(const std::string& key, const fs::pa
   return {InsertStatus::kStored, ""};
 }
 
-std::optional<std::string> BuildCache::Restore(const Entry& entry, const fs::path& build_dir,
-                                               std::optional<uid_t> owner_uid,
-                                               std::optional<gid_t> owner_gid) {
+Status BuildCache::Restore(const Entry& entry, const fs::path& build_dir, std::optional<uid_t> owner_uid,
+                           std::optional<gid_t> owner_gid) {
   Fd tree(::open(entry.tree().c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   Fd dst(::open(build_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (dst.get() < 0) return ErrnoText("cannot open " + build_dir.string());
+  if (dst.get() < 0) return Status::Error(ErrnoText("cannot open " + build_dir.string()));
   bool corrupt = tree.get() < 0;
   std::string error = corrupt ? "the entry's tree is missing" : "";
   const uid_t uid = owner_uid.value_or(static_cast<uid_t>(-1));
@@ -857,7 +860,7 @@ std::optional<std::string> BuildCache::Restore(const Entry& entry, const fs::pat
       error = ErrnoText("cannot set the owner of " + item.path);
     }
   }
-  if (error.empty()) return std::nullopt;
+  if (error.empty()) return Status::Ok();
   EmptyDirectory(build_dir);
   if (corrupt) {
     fs::path doomed;
@@ -869,7 +872,7 @@ std::optional<std::string> BuildCache::Restore(const Entry& entry, const fs::pat
     }
     if (detached) ReportCorrupt({doomed});
   }
-  return error;
+  return Status::Error(error);
 }
 
 BuildCache::Flight BuildCache::Acquire(const std::string& key) {
@@ -942,12 +945,10 @@ boost::system::result<std::vector<BuildFileData>, std::string> ReadEntryFiles(
   return files;
 }
 
-std::optional<std::string> WriteBuildFiles(const std::vector<BuildFileData>& files,
-                                           const fs::path& build_dir, uint64_t max_bytes,
-                                           std::optional<uid_t> owner_uid,
-                                           std::optional<gid_t> owner_gid) {
+Status WriteBuildFiles(const std::vector<BuildFileData>& files, const fs::path& build_dir, uint64_t max_bytes,
+                       std::optional<uid_t> owner_uid, std::optional<gid_t> owner_gid) {
   Fd dst(::open(build_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (dst.get() < 0) return ErrnoText("cannot open " + build_dir.string());
+  if (dst.get() < 0) return Status::Error(ErrnoText("cannot open " + build_dir.string()));
   const uid_t uid = owner_uid.value_or(static_cast<uid_t>(-1));
   const gid_t gid = owner_gid.value_or(static_cast<gid_t>(-1));
   const bool chown = owner_uid.has_value() || owner_gid.has_value();
@@ -996,9 +997,9 @@ std::optional<std::string> WriteBuildFiles(const std::vector<BuildFileData>& fil
       break;
     }
   }
-  if (error.empty()) return std::nullopt;
+  if (error.empty()) return Status::Ok();
   EmptyDirectory(build_dir);
-  return error;
+  return Status::Error(error);
 }
 
 }  // namespace kbox

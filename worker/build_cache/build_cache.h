@@ -52,6 +52,7 @@
 
 #include <sys/types.h>
 
+#include <boost/system/result.hpp>
 #include <condition_variable>
 #include <cstdint>
 #include <filesystem>
@@ -64,7 +65,7 @@
 #include <string_view>
 #include <vector>
 
-#include <boost/system/result.hpp>
+#include "policy/status.h"
 
 namespace kbox {
 
@@ -220,9 +221,9 @@ class BuildCache {
   // checking every file's size and hash as it goes. On failure `build_dir`
   // is emptied again; a file that does not match deletes the entry (counted
   // as corrupt). Returns an error message on failure.
-  std::optional<std::string> Restore(const Entry& entry, const std::filesystem::path& build_dir,
-                                     std::optional<uid_t> owner_uid = std::nullopt,
-                                     std::optional<gid_t> owner_gid = std::nullopt);
+  Status Restore(const Entry& entry, const std::filesystem::path& build_dir,
+                 std::optional<uid_t> owner_uid = std::nullopt,
+                 std::optional<gid_t> owner_gid = std::nullopt);
 
   // Single-flight lookup: a hit; or the caller builds for every caller of
   // the same key (kBuild), who wait here until it finishes; or, when the
@@ -281,10 +282,8 @@ boost::system::result<std::vector<BuildFileData>, std::string> ReadEntryFiles(
 // link followed, modes normalised, owned by `owner_uid`/`owner_gid` when
 // given, at most `max_bytes` in all. On failure `build_dir` is emptied again
 // and the message says which file.
-std::optional<std::string> WriteBuildFiles(const std::vector<BuildFileData>& files,
-                                           const std::filesystem::path& build_dir,
-                                           uint64_t max_bytes,
-                                           std::optional<uid_t> owner_uid = std::nullopt,
-                                           std::optional<gid_t> owner_gid = std::nullopt);
+Status WriteBuildFiles(const std::vector<BuildFileData>& files, const std::filesystem::path& build_dir,
+                       uint64_t max_bytes, std::optional<uid_t> owner_uid = std::nullopt,
+                       std::optional<gid_t> owner_gid = std::nullopt);
 
 }  // namespace kbox

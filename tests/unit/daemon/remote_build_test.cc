@@ -67,7 +67,7 @@ TEST(RemoteBuildTest, AnArtifactWritesBackTheBuild) {
   Built b;
   ASSERT_EQ(b.artifact.files_size(), 4);  // ext, ext/empty, ext/ext.so, ext/main.cpp
   const fs::path dir = b.Fresh("job");
-  ASSERT_EQ(WriteBuildFiles(FilesOf(b.artifact), dir, 1 << 20), std::nullopt);
+  ASSERT_TRUE(WriteBuildFiles(FilesOf(b.artifact), dir, 1 << 20).ok());
   EXPECT_EQ(ReadAll(dir / "ext" / "ext.so"), "ELF shared object");
   EXPECT_EQ(ReadAll(dir / "ext" / "main.cpp"), "int main() { return 0; }");
   EXPECT_TRUE(fs::is_directory(dir / "ext" / "empty"));
@@ -82,7 +82,7 @@ void ExpectRefused(Built& b, const v1::BuildArtifact& artifact, const std::strin
   fs::remove_all(dir);
   fs::create_directories(dir);
   const auto error = WriteBuildFiles(FilesOf(artifact), dir, 1 << 20);
-  ASSERT_TRUE(error.has_value()) << why;
+  ASSERT_FALSE(error.ok()) << why;
   EXPECT_TRUE(fs::is_empty(dir)) << why;
 }
 
@@ -124,7 +124,7 @@ TEST(RemoteBuildTest, DuplicatesAndOversizeAreRefused) {
   *twice.add_files() = b.artifact.files(2);
   ExpectRefused(b, twice, "a file listed twice");
   const fs::path dir = b.Fresh("small");
-  EXPECT_TRUE(WriteBuildFiles(FilesOf(b.artifact), dir, 8).has_value());
+  EXPECT_FALSE(WriteBuildFiles(FilesOf(b.artifact), dir, 8).ok());
   EXPECT_TRUE(fs::is_empty(dir));
 }
 

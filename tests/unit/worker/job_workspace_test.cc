@@ -116,7 +116,7 @@ TEST(JobWorkspaceTest, WriteFileCreatesNewFile) {
   TempDir tmp;
   auto ws = JobWorkspace::Create(tmp.path(), "job", "r", "c");
   ASSERT_TRUE(ws);
-  EXPECT_EQ(ws->WriteFile("spec.json", "{}"), std::nullopt);
+  EXPECT_TRUE(ws->WriteFile("spec.json", "{}").ok());
   EXPECT_EQ(ReadAll(ws->src_dir() / "spec.json"), "{}");
 }
 
@@ -125,8 +125,8 @@ TEST(JobWorkspaceTest, WriteFileRefusesToOverwrite) {
   auto ws = JobWorkspace::Create(tmp.path(), "job", "original", "c");
   ASSERT_TRUE(ws);
   const auto error = ws->WriteFile("reference.py", "replaced");
-  ASSERT_TRUE(error.has_value());
-  EXPECT_NE(error->find("reference.py"), std::string::npos) << *error;
+  ASSERT_FALSE(error.ok());
+  EXPECT_NE(error.message().find("reference.py"), std::string::npos) << error.message();
   EXPECT_EQ(ReadAll(ws->reference_path()), "original");
 }
 
@@ -138,13 +138,13 @@ TEST(JobWorkspaceTest, WriteFileDoesNotFollowSymlink) {
   ASSERT_TRUE(ws);
   fs::create_symlink(outside, ws->src_dir() / "X");
 
-  EXPECT_TRUE(ws->WriteFile("X", "attack").has_value());
+  EXPECT_FALSE(ws->WriteFile("X", "attack").ok());
   EXPECT_EQ(ReadAll(outside), "precious");
 
   // A dangling link must not be followed to create its target either.
   const fs::path missing = tmp.path() / "created-through-link";
   fs::create_symlink(missing, ws->src_dir() / "Y");
-  EXPECT_TRUE(ws->WriteFile("Y", "attack").has_value());
+  EXPECT_FALSE(ws->WriteFile("Y", "attack").ok());
   EXPECT_FALSE(fs::exists(missing));
 }
 

@@ -393,7 +393,7 @@ TEST_F(StageRunnerTest, AStageQueuedAgainReplacesItsEarlierSpecFile) {
   const StageRunner runner(settings, std::nullopt);
   v1::StageSpec spec;
   spec.set_stage(v1::STAGE_RUN);
-  ASSERT_FALSE(ws_->WriteFile("run_spec.json", "{\"stale\": true}").has_value());
+  ASSERT_TRUE(ws_->WriteFile("run_spec.json", "{\"stale\": true}").ok());
   StagePlacement placement;
   placement.wall_limit = 30s;
   const StageOutcome outcome = runner.Run(*ws_, spec, placement);

@@ -46,7 +46,7 @@ class TurnGateTest : public ::testing::Test {
 
 TEST_F(TurnGateTest, ReaderWaitsUntilTheTurnIsGiven) {
   TurnGate gate;
-  ASSERT_FALSE(gate.Open(dir_ / "turn").has_value());
+  ASSERT_TRUE(gate.Open(dir_ / "turn").ok());
   struct stat st {};
   ASSERT_EQ(::stat((dir_ / "turn").c_str(), &st), 0);
   EXPECT_TRUE(S_ISFIFO(st.st_mode));
@@ -71,7 +71,7 @@ TEST_F(TurnGateTest, ReaderWaitsUntilTheTurnIsGiven) {
 
 TEST_F(TurnGateTest, WithdrawGivesTheReaderEndOfFile) {
   TurnGate gate;
-  ASSERT_FALSE(gate.Open(dir_ / "turn").has_value());
+  ASSERT_TRUE(gate.Open(dir_ / "turn").ok());
   const int reader = OpenReader(dir_ / "turn");
   ASSERT_GE(reader, 0);
   gate.Withdraw();
@@ -86,7 +86,7 @@ TEST_F(TurnGateTest, WithdrawGivesTheReaderEndOfFile) {
 TEST_F(TurnGateTest, RemovesItsFifoAndRefusesAnExistingPath) {
   {
     TurnGate gate;
-    ASSERT_FALSE(gate.Open(dir_ / "turn").has_value());
+    ASSERT_TRUE(gate.Open(dir_ / "turn").ok());
     EXPECT_TRUE(fs::exists(dir_ / "turn"));
   }
   EXPECT_FALSE(fs::exists(dir_ / "turn"));
@@ -94,23 +94,24 @@ TEST_F(TurnGateTest, RemovesItsFifoAndRefusesAnExistingPath) {
   fs::create_symlink("/etc/passwd", dir_ / "turn");
   TurnGate gate;
   const auto error = gate.Open(dir_ / "turn");
-  ASSERT_TRUE(error.has_value());
-  EXPECT_NE(error->find("mkfifo"), std::string::npos) << *error;
+  ASSERT_FALSE(error.ok());
+  EXPECT_NE(error.message().find("mkfifo"), std::string::npos) << error.message();
   EXPECT_TRUE(fs::is_symlink(dir_ / "turn"));  // Left alone, not unlinked by its destructor.
 }
 
 TEST_F(TurnGateTest, NotesReachTheCallbackInOrderUntilStopped) {
   TurnGate gate;
-  ASSERT_FALSE(gate.Open(dir_ / "turn").has_value());
+  ASSERT_TRUE(gate.Open(dir_ / "turn").ok());
   std::mutex mu;
   std::condition_variable cv;
   std::string notes;
-  ASSERT_FALSE(gate.OpenNotes(dir_ / "notes", std::nullopt, std::nullopt, [&](v1::DeviceTurnNote note) {
-                     std::lock_guard lock(mu);
-                     notes += static_cast<char>(note);
-                     cv.notify_all();
-                   })
-                   .has_value());
+  ASSERT_TRUE(gate.OpenNotes(dir_ / "notes", std::nullopt, std::nullopt,
+                             [&](v1::DeviceTurnNote note) {
+                               std::lock_guard lock(mu);
+                               notes += static_cast<char>(note);
+                               cv.notify_all();
+                             })
+                  .ok());
   // The judge's end: write-only; never blocks (kboxd holds a reader).
   const int writer = ::open((dir_ / "notes").c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
   ASSERT_GE(writer, 0);
@@ -152,7 +153,7 @@ TEST_F(TurnGateTest, NotesReachTheCallbackInOrderUntilStopped) {
 
 TEST_F(TurnGateTest, QuietFollowsTheTurnOnTheTurnsFifo) {
   TurnGate gate;
-  ASSERT_FALSE(gate.Open(dir_ / "turn").has_value());
+  ASSERT_TRUE(gate.Open(dir_ / "turn").ok());
   const int reader = OpenReader(dir_ / "turn");
   ASSERT_GE(reader, 0);
   gate.GiveQuiet();  // Before the turn: nothing.

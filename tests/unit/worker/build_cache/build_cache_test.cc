@@ -181,7 +181,7 @@ TEST(BuildCacheTest, InsertLookupRestoreRoundTrip) {
   EXPECT_GT(entry->bytes(), 0u);
 
   const fs::path restored = f.Dir("job2-build");
-  ASSERT_EQ(cache->Restore(*entry, restored), std::nullopt);
+  ASSERT_TRUE(cache->Restore(*entry, restored).ok());
   EXPECT_EQ(Snapshot(restored), Snapshot(build));
   EXPECT_EQ(ModeOf(restored / "ext" / "ext.so"), 0755u);
   EXPECT_EQ(ModeOf(restored / "ext" / "main.cpp"), 0644u);
@@ -214,7 +214,7 @@ TEST(BuildCacheTest, RestoreSetsOwner) {
   auto entry = cache->Lookup(key);
   ASSERT_TRUE(entry);
   const fs::path restored = f.Dir("restored");
-  ASSERT_EQ(cache->Restore(*entry, restored, 65534, 65534), std::nullopt);
+  ASSERT_TRUE(cache->Restore(*entry, restored, 65534, 65534).ok());
   for (const fs::path& p : {restored / "ext", restored / "ext" / "ext.so"}) {
     struct stat st {};
     ASSERT_EQ(::lstat(p.c_str(), &st), 0);
@@ -298,9 +298,9 @@ TEST(BuildCacheTest, RestoreRechecksHashesAndCleansUp) {
   data.back() = static_cast<char>(data.back() ^ 1);
   WriteFile(so, data, 0755);
   const fs::path restored = f.Dir("restored");
-  const auto error = cache->Restore(*entry, restored);
-  ASSERT_TRUE(error);
-  EXPECT_NE(error->find("changed"), std::string::npos) << *error;
+  const Status error = cache->Restore(*entry, restored);
+  ASSERT_FALSE(error.ok());
+  EXPECT_NE(error.message().find("changed"), std::string::npos) << error.message();
   EXPECT_TRUE(fs::is_empty(restored)) << "a failed restore must leave the build dir empty";
   EXPECT_FALSE(fs::exists(cache->root() / key));
   EXPECT_EQ(cache->stats().corrupt, 1u);
@@ -383,7 +383,7 @@ TEST(BuildCacheTest, PinnedEntryIsNotEvicted) {
     WriteFile(dir / "lib.so", std::string(6000, 'z'));
     ASSERT_TRUE(cache->Insert(b, dir, "").stored());
     EXPECT_TRUE(fs::exists(cache->root() / a)) << "an entry in use was evicted";
-    EXPECT_EQ(cache->Restore(*held, f.Dir("restored")), std::nullopt);
+    EXPECT_TRUE(cache->Restore(*held, f.Dir("restored")).ok());
   }
   EXPECT_LE(cache->stats().bytes, 10'000u);
 }
@@ -451,7 +451,7 @@ TEST(BuildCacheTest, SingleFlightBuildsOnce) {
       BuildCache::Flight flight = cache->Acquire(key);
       if (flight.role() == Role::kHit) {
         ++hits;
-        if (!cache->Restore(*flight.entry(), dir)) ++restored;
+        if (cache->Restore(*flight.entry(), dir).ok()) ++restored;
         return;
       }
       if (flight.role() == Role::kBuildAlone) ++alone;
