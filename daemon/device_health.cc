@@ -31,10 +31,10 @@ void DeviceHealth::Quarantine(uint32_t gpu, const std::string& why) {
   wake_.notify_all();
 }
 
-std::optional<std::string> DeviceHealth::CheckNow(uint32_t gpu, const std::string& why) {
-  std::optional<std::string> error = probe_(gpu);
-  if (error) Quarantine(gpu, why + "; probe failed: " + *error);
-  return error;
+Status DeviceHealth::CheckNow(uint32_t gpu, const std::string& why) {
+  Status probed = probe_(gpu);
+  if (!probed.ok()) Quarantine(gpu, why + "; probe failed: " + probed.message());
+  return probed;
 }
 
 bool DeviceHealth::Healthy(uint32_t gpu) const {
@@ -54,11 +54,11 @@ void DeviceHealth::ProbeLoop() {
     }
     for (uint32_t gpu : due) {
       lock.unlock();
-      const std::optional<std::string> error = probe_(gpu);
+      const Status probed = probe_(gpu);
       lock.lock();
       if (stopping_) break;
-      if (error) {
-        std::cerr << "kboxd: gpu" << gpu << " still quarantined: probe failed: " << *error
+      if (!probed.ok()) {
+        std::cerr << "kboxd: gpu" << gpu << " still quarantined: probe failed: " << probed.message()
                   << std::endl;
         continue;
       }
@@ -88,9 +88,8 @@ bool MayHaveBrokenTheDevice(v1::Status status) {
   }
 }
 
-std::optional<std::string> ProbeGpu(const std::string& python, const std::string& harness_dir,
-                                    const std::vector<std::string>& env, uint32_t gpu,
-                                    std::chrono::milliseconds limit) {
+Status ProbeGpu(const std::string& python, const std::string& harness_dir, const std::vector<std::string>& env,
+                uint32_t gpu, std::chrono::milliseconds limit) {
   ProcessSpec spec;
   spec.argv = {python, "-s", "-B", harness_dir + "/kbox_probe.py", "--device-check"};
   spec.env = env;
@@ -100,11 +99,11 @@ std::optional<std::string> ProbeGpu(const std::string& python, const std::string
   spec.wall_limit = limit;
   spec.output_tail_bytes = 4 << 10;
   const ProcessOutcome outcome = RunProcess(spec);
-  if (outcome.end == ProcessOutcome::End::kExited && outcome.exit_code == 0) return std::nullopt;
+  if (outcome.end == ProcessOutcome::End::kExited && outcome.exit_code == 0) return Status::Ok();
   std::string tail = outcome.output_tail;
   while (!tail.empty() && (tail.back() == '\n' || tail.back() == ' ')) tail.pop_back();
   const auto nl = tail.rfind('\n');
-  return DescribeEnd(outcome) + ": " + (nl == std::string::npos ? tail : tail.substr(nl + 1));
+  return Status::Error(DescribeEnd(outcome) + ": " + (nl == std::string::npos ? tail : tail.substr(nl + 1)));
 }
 
 }  // namespace kbox

@@ -28,13 +28,14 @@
 
 #include "daemon/slot_pool.h"
 #include "kbox/v1/evaluation.pb.h"
+#include "policy/status.h"
 
 namespace kbox {
 
 class DeviceHealth {
  public:
   // Checks one GPU: nullopt when it works, else why not. Blocking.
-  using Probe = std::function<std::optional<std::string>(uint32_t gpu)>;
+  using Probe = std::function<Status(uint32_t gpu)>;
   // Hears each quarantine and each recovery (may be empty).
   using Observer = std::function<void(uint32_t gpu, bool healthy, const std::string& why)>;
 
@@ -52,7 +53,7 @@ class DeviceHealth {
   // hang, memory exhausted): the caller still holds the GPU's slot, so no
   // other job runs on it before the probe has passed. Returns the probe's
   // error, nullopt when it passed.
-  std::optional<std::string> CheckNow(uint32_t gpu, const std::string& why);
+  Status CheckNow(uint32_t gpu, const std::string& why);
 
  private:
   // Takes `gpu` out of service until a probe passes; a no-op when it is
@@ -85,7 +86,7 @@ bool MayHaveBrokenTheDevice(v1::Status status);
 // GPU alone (CUDA initialised, a small matmul, synchronised), in a child
 // process under `limit`. Runs outside the sandbox like the start-up probe: it
 // runs only kbox's own code.
-std::optional<std::string> ProbeGpu(const std::string& python, const std::string& harness_dir,
+Status ProbeGpu(const std::string& python, const std::string& harness_dir,
                                     const std::vector<std::string>& env, uint32_t gpu,
                                     std::chrono::milliseconds limit);
 

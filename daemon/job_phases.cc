@@ -282,7 +282,7 @@ bool Evaluator::RunOnDevice(JobRun& job) {
       const std::string why = job.trace.cause.device_suspect
                                   ? "job " + result.job_id() + ": " + result.message()
                                   : "after job " + result.job_id() + " (" + v1::Status_Name(result.status()) + ")";
-      const bool passed = !device_health_.CheckNow(slot, why).has_value();
+      const bool passed = device_health_.CheckNow(slot, why).ok();
       metrics_.RecordDeviceProbe(slot, passed);
     }
     return true;

@@ -31,11 +31,11 @@ TEST(DeviceHealthTest, QuarantinedGpuLeavesThePoolUntilItsProbePasses) {
   std::atomic<int> probes{0}, recoveries{0}, quarantines{0};
   DeviceHealth health(
       pool,
-      [&](uint32_t gpu) -> std::optional<std::string> {
+      [&](uint32_t gpu) -> Status {
         EXPECT_EQ(gpu, 1u);
         ++probes;
-        if (device_works) return std::nullopt;
-        return "CUDA error: unknown error";
+        if (device_works) return Status::Ok();
+        return Status::Error("CUDA error: unknown error");
       },
       10ms,
       [&](uint32_t gpu, bool healthy, const std::string&) {
@@ -44,8 +44,8 @@ TEST(DeviceHealthTest, QuarantinedGpuLeavesThePoolUntilItsProbePasses) {
       });
   EXPECT_TRUE(health.Healthy(1));
   // Only a failed probe quarantines (there is no other way in).
-  ASSERT_TRUE(health.CheckNow(1, "harness crashed").has_value());
-  ASSERT_TRUE(health.CheckNow(1, "again").has_value());  // Already quarantined: no second event.
+  ASSERT_FALSE(health.CheckNow(1, "harness crashed").ok());
+  ASSERT_FALSE(health.CheckNow(1, "again").ok());  // Already quarantined: no second event.
   EXPECT_FALSE(health.Healthy(1));
   EXPECT_TRUE(health.Healthy(0));
   EXPECT_EQ(quarantines.load(), 1);
@@ -75,14 +75,14 @@ TEST(DeviceHealthTest, NoProbeWhileAJobHoldsTheGpu) {
   std::atomic<int> probes{0};
   std::atomic<bool> device_works{false};
   DeviceHealth health(pool,
-                      [&](uint32_t) -> std::optional<std::string> {
+                      [&](uint32_t) -> Status {
                         ++probes;
-                        if (device_works) return std::nullopt;
-                        return "CUDA error: device busy";
+                        if (device_works) return Status::Ok();
+                        return Status::Error("CUDA error: device busy");
                       },
                       5ms);
   auto lease = std::make_optional(pool.Acquire());
-  ASSERT_TRUE(health.CheckNow(0, "run stage hung").has_value());  // The job still holds it.
+  ASSERT_FALSE(health.CheckNow(0, "run stage hung").ok());  // The job still holds it.
   probes = 0;
   device_works = true;
   // Many intervals pass with the job still holding the GPU: no probe.
@@ -100,21 +100,21 @@ TEST(DeviceHealthTest, CheckNowQuarantinesOnlyWhenTheProbeFails) {
   std::atomic<int> probes{0};
   DeviceHealth health(
       pool,
-      [&](uint32_t) -> std::optional<std::string> {
+      [&](uint32_t) -> Status {
         ++probes;
-        if (device_works) return std::nullopt;
-        return "CUDA error: an illegal memory access was encountered";
+        if (device_works) return Status::Ok();
+        return Status::Error("CUDA error: an illegal memory access was encountered");
       },
       1h);  // No background re-probe during the test.
   {
     auto lease = pool.Acquire();  // The faulting job still holds the GPU.
-    EXPECT_FALSE(health.CheckNow(0, "after job j1 (RUNTIME_ERROR)").has_value());
+    EXPECT_TRUE(health.CheckNow(0, "after job j1 (RUNTIME_ERROR)").ok());
     EXPECT_EQ(probes.load(), 1);  // Probed at once, beside the job's own lease.
     EXPECT_TRUE(health.Healthy(0));
     device_works = false;
-    const auto error = health.CheckNow(0, "after job j2 (TIMEOUT)");
-    ASSERT_TRUE(error.has_value());
-    EXPECT_NE(error->find("illegal memory access"), std::string::npos);
+    const Status error = health.CheckNow(0, "after job j2 (TIMEOUT)");
+    ASSERT_FALSE(error.ok());
+    EXPECT_NE(error.message().find("illegal memory access"), std::string::npos);
   }
   EXPECT_FALSE(health.Healthy(0));
   EXPECT_FALSE(pool.InService(0));  // The next job does not get this GPU.
@@ -134,11 +134,11 @@ TEST(DeviceHealthTest, OnlyFaultsOfTheJobTriggerAProbe) {
 // The real probe, on a GPU index no machine has: CUDA finds no device and the
 // probe says so (on any host, with or without GPUs).
 TEST(DeviceHealthTest, ProductionProbeReportsAMissingDevice) {
-  const auto error = ProbeGpu(KBOX_TEST_PYTHON, KBOX_SOURCE_HARNESS_DIR, {"PATH=/usr/bin:/bin"}, 4096,
-                              std::chrono::seconds(120));
-  ASSERT_TRUE(error.has_value());
-  EXPECT_NE(error->find("device check failed"), std::string::npos) << *error;
-  EXPECT_NE(error->find("exited with status 1"), std::string::npos) << *error;
+  const Status error = ProbeGpu(KBOX_TEST_PYTHON, KBOX_SOURCE_HARNESS_DIR, {"PATH=/usr/bin:/bin"}, 4096,
+                                std::chrono::seconds(120));
+  ASSERT_FALSE(error.ok());
+  EXPECT_NE(error.message().find("device check failed"), std::string::npos) << error.message();
+  EXPECT_NE(error.message().find("exited with status 1"), std::string::npos) << error.message();
 }
 
 }  // namespace
