@@ -96,7 +96,7 @@ Evaluator::BuildAnswer Evaluator::Build(const v1::BuildRequest& ask,
     const std::string build_id = "build-" + NextJobId();
     auto ws = JobWorkspace::Create(config_.store().work_dir(), build_id, job.reference_source(),
                                    job.candidate_source(), JobWorkspaceOptions());
-    if (!ws) return refuse(500, "", "cannot prepare the build's directory: " + ws.error().message);
+    if (!ws) return refuse(500, "", "cannot prepare the build's directory: " + ws.error().message());
     const auto cancel = cancels_.Open(build_id);
     auto worker = compile_slots_.Acquire(tenant, cancel->stop);
     if (!worker || stop_starting_.load() || cancel->stop.load()) {

@@ -66,7 +66,7 @@ bool Evaluator::PrepareWorkspace(JobRun& job, const std::string& workspace) {
   auto ws = JobWorkspace::Create(config_.store().work_dir(), workspace, job.request.reference_source(),
                                  job.request.candidate_source(), job.workspace_options);
   if (!ws) {
-    job.End(InfraCause::kWorkspace, "cannot prepare the job directory: " + ws.error().message);
+    job.End(InfraCause::kWorkspace, "cannot prepare the job directory: " + ws.error().message());
     return false;
   }
   job.workspace.emplace(std::move(*ws));

@@ -242,7 +242,7 @@ int main(int argc, char** argv) {
                              .backends = backends};
 
   auto sandbox = kbox::SetUpSandbox(config, *host, ExecutableDir(argv[0]).string());
-  if (!sandbox) return Fail("sandbox: " + sandbox.error().message);
+  if (!sandbox) return Fail("sandbox: " + sandbox.error().message());
   std::cerr << "kboxd: sandbox: " << sandbox->description << std::endl;
 
   std::vector<kbox::v1::GpuInfo> gpu_info;

@@ -27,27 +27,26 @@ bool PrecompiledHeaderWanted(const v1::DaemonConfig& config) {
   return config.experimental().light_headers() && config.experimental().precompiled_header();
 }
 
-boost::system::result<std::string, PrecompiledHeaderError> ParsePrecompiledHeaderBuild(
-    const ProcessOutcome& outcome, const std::filesystem::path& root) {
+StatusOr<std::string> ParsePrecompiledHeaderBuild(const ProcessOutcome& outcome,
+                                                  const std::filesystem::path& root) {
   google::protobuf::Struct answer;
   const std::string line = LastLine(outcome.output_tail);
   const bool parsed = google::protobuf::util::JsonStringToMessage(line, &answer).ok();
   const auto& fields = answer.fields();
   if (parsed && fields.contains("error")) {
-    return PrecompiledHeaderError{"kbox_pch.py: " + fields.at("error").string_value()};
+    return Status::Error("kbox_pch.py: " + fields.at("error").string_value());
   }
   if (outcome.end != ProcessOutcome::End::kExited || outcome.exit_code != 0) {
-    return PrecompiledHeaderError{"kbox_pch.py " + DescribeEnd(outcome) + ": " + line};
+    return Status::Error("kbox_pch.py " + DescribeEnd(outcome) + ": " + line);
   }
   if (!parsed || !fields.contains("dir")) {
-    return PrecompiledHeaderError{"kbox_pch.py printed no directory: " + line};
+    return Status::Error("kbox_pch.py printed no directory: " + line);
   }
   // The sandbox binds root, nothing else: a directory elsewhere would not
   // be there (and is not what kboxd asked for).
   const std::filesystem::path dir = fields.at("dir").string_value();
   if (dir.parent_path() != root || dir.filename().string().starts_with(".")) {
-    return PrecompiledHeaderError{"kbox_pch.py named " + dir.string() + ", not a directory of " +
-                                  root.string()};
+    return Status::Error("kbox_pch.py named " + dir.string() + ", not a directory of " + root.string());
   }
   // in_place_value: a string would also construct the error (C++20
   // parenthesised aggregate initialisation).
@@ -76,7 +75,7 @@ void PrecompiledHeader::StartBuild(const HarnessSettings& settings,
     if (!built) {
       if (outcome.end != ProcessOutcome::End::kCancelled) {
         std::cerr << "kboxd: precompiled header not built, compiles parse the light header: "
-                  << built.error().message << std::endl;
+                  << built.error().message() << std::endl;
       }
       return;
     }

@@ -16,9 +16,8 @@
 #include <string>
 #include <thread>
 
-#include <boost/system/result.hpp>
-
 #include "kbox/v1/config.pb.h"
+#include "policy/status.h"
 #include "worker/process_runner.h"
 #include "worker/stage_runner.h"
 
@@ -30,14 +29,10 @@ std::filesystem::path PrecompiledHeaderRoot(const v1::DaemonConfig& config);
 // Whether kboxd builds and offers one: light_headers and precompiled_header.
 bool PrecompiledHeaderWanted(const v1::DaemonConfig& config);
 
-struct PrecompiledHeaderError {
-  std::string message;
-};
-
 // kbox_pch.py's answer: the directory it built or reused under `root`, else
 // why not (its exit, its {"error": ...} line, or a directory outside root).
-boost::system::result<std::string, PrecompiledHeaderError> ParsePrecompiledHeaderBuild(
-    const ProcessOutcome& outcome, const std::filesystem::path& root);
+StatusOr<std::string> ParsePrecompiledHeaderBuild(const ProcessOutcome& outcome,
+                                                  const std::filesystem::path& root);
 
 class PrecompiledHeader {
  public:

@@ -72,22 +72,21 @@ std::vector<std::string> NormalizeReadOnlyPaths(const std::vector<std::string>& 
   return kept;
 }
 
-boost::system::result<SandboxRuntime, SandboxError> SetUpSandbox(const v1::DaemonConfig& config,
-                                                                 const HostInfo& host,
-                                                                 const std::string& exe_dir) {
+StatusOr<SandboxRuntime> SetUpSandbox(const v1::DaemonConfig& config, const HostInfo& host,
+                                      const std::string& exe_dir) {
   SandboxRuntime rt;
   if (config.sandbox().danger_insecure_no_sandbox()) {
     rt.description = "NONE: insecure development mode (danger_insecure_no_sandbox)";
     return rt;
   }
   if (auto e = sandbox::ProbeNamespaces()) {
-    return SandboxError{*e + "; for development only, --danger-insecure-no-sandbox runs without it"};
+    return Status::Error(*e + "; for development only, --danger-insecure-no-sandbox runs without it");
   }
   SandboxSettings s;
   s.binary = config.sandbox().sandbox_binary().empty() ? FirstExisting({fs::path(exe_dir) / "kbox-sandbox"})
                                                        : config.sandbox().sandbox_binary();
   if (s.binary.empty() || ::access(s.binary.c_str(), X_OK) != 0) {
-    return SandboxError{"kbox-sandbox not found beside kboxd (" + exe_dir + "); set sandbox_binary"};
+    return Status::Error("kbox-sandbox not found beside kboxd (" + exe_dir + "); set sandbox_binary");
   }
   s.policy_dir =
       config.sandbox().seccomp_policy_dir().empty()
@@ -96,7 +95,7 @@ boost::system::result<SandboxRuntime, SandboxError> SetUpSandbox(const v1::Daemo
           : config.sandbox().seccomp_policy_dir();
   for (const char* profile : {"compile.policy", "run.policy"}) {
     auto loaded = SeccompPolicy::LoadFile(s.policy_dir / profile);
-    if (!loaded) return SandboxError{"seccomp " + loaded.error().field + ": " + loaded.error().message};
+    if (!loaded) return Status::Error("seccomp " + loaded.error().field + ": " + loaded.error().message);
   }
   const fs::path work = config.store().work_dir();
   const fs::path policy_out = work / "policy";
@@ -106,12 +105,12 @@ boost::system::result<SandboxRuntime, SandboxError> SetUpSandbox(const v1::Daemo
   rt.strict_filter_path = (policy_out / "run_strict.bpf").string();
   {
     auto strict = SeccompPolicy::LoadFile(s.policy_dir / "run_strict.policy");
-    if (!strict) return SandboxError{"seccomp " + strict.error().field + ": " + strict.error().message};
+    if (!strict) return Status::Error("seccomp " + strict.error().field + ": " + strict.error().message);
     const int fd = ::open(rt.strict_filter_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return SandboxError{"cannot write " + rt.strict_filter_path};
+    if (fd < 0) return Status::Error("cannot write " + rt.strict_filter_path);
     const Status exported = strict->ExportBpf(fd);
     ::close(fd);
-    if (!exported.ok()) return SandboxError{"cannot export the strict filter: " + exported.message()};
+    if (!exported.ok()) return Status::Error("cannot export the strict filter: " + exported.message());
   }
   s.spec_dir = work / "sandbox-specs";
   // Any empty directory the sandbox's unprivileged init can reach (binds
@@ -164,7 +163,7 @@ boost::system::result<SandboxRuntime, SandboxError> SetUpSandbox(const v1::Daemo
     s.cgroups = rt.cgroups.get();
     rt.description += ", " + rt.cgroups->Describe();
   } else {
-    rt.description += ", NO cgroup limits (" + cgroups.error().message + ")";
+    rt.description += ", NO cgroup limits (" + cgroups.error().message() + ")";
   }
   rt.scratch_capped = CanMountTmpfs(work / "mount-probe");
   rt.description += rt.scratch_capped ? ", job scratch on a capped tmpfs"

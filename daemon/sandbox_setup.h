@@ -10,18 +10,13 @@
 #include <string>
 #include <vector>
 
-#include <boost/system/result.hpp>
-
 #include "daemon/host_probe.h"
 #include "kbox/v1/config.pb.h"
+#include "policy/status.h"
 #include "worker/job_cgroup.h"
 #include "worker/stage_runner.h"
 
 namespace kbox {
-
-struct SandboxError {
-  std::string message;
-};
 
 struct SandboxRuntime {
   // Absent only in the insecure development mode.
@@ -36,9 +31,8 @@ struct SandboxRuntime {
 };
 
 // `exe_dir` is where kboxd's binary lives (kbox-sandbox is looked up beside it).
-boost::system::result<SandboxRuntime, SandboxError> SetUpSandbox(const v1::DaemonConfig& config,
-                                                                 const HostInfo& host,
-                                                                 const std::string& exe_dir);
+StatusOr<SandboxRuntime> SetUpSandbox(const v1::DaemonConfig& config, const HostInfo& host,
+                                      const std::string& exe_dir);
 
 // Sorts `paths`, keeps symbolic links as they are (they are recreated as
 // links), and drops every path below another kept directory: a bind inside a

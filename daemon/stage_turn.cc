@@ -29,7 +29,7 @@ Status StageTurn::NewJudgeDir(StagePlacement& placement) {
   // file and its FIFOs are made in it with O_EXCL by kboxd, where nothing
   // the job ran can have put anything.
   auto dir = workspace_.CreateJudgeDir(settings_.judge_uid, settings_.judge_gid);
-  if (!dir) return Status::Error(dir.error().message);
+  if (!dir) return Status::Error(dir.error().message());
   placement.judge_dir = *dir;
   turn_path_ = *dir / "kbox_turn";
   notes_path_ = *dir / "kbox_turn_notes";

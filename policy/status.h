@@ -2,10 +2,12 @@
 
 // kbox's one status type: the outcome of an operation that either succeeds
 // or fails with a message a person can act on (Status), and of one that
-// returns a value when it succeeds (StatusOr<T>). Errors about one field of
-// a request or config keep FieldError (field_error.h), which names the
-// field; kboxd's answers map both to HTTP in one table
-// (daemon/api_handler.cc, ErrorCodeName).
+// returns a value when it succeeds (StatusOr<T>: the job's workspace, its
+// cgroups, the sandbox's set-up, the precompiled header's build). Errors
+// about one field of a request or config keep FieldError (field_error.h),
+// which names the field, and the Python tokenizer's its line and column;
+// kboxd's answers map errors to HTTP in one table (daemon/api_handler.cc,
+// ErrorCodeName).
 
 #include <string>
 #include <utility>

@@ -80,12 +80,12 @@ bool RemoveWhenEmpty(const fs::path& dir) {
 
 }  // namespace
 
-boost::system::result<CgroupRoot, CgroupError> CgroupRoot::Create(const std::string& name) {
+StatusOr<CgroupRoot> CgroupRoot::Create(const std::string& name) {
   CgroupRoot root;
   std::error_code ec;
   if (fs::exists(fs::path(kCgroupFs) / "cgroup.controllers", ec)) {
     const auto own = OwnCgroupPath("");
-    if (!own) return CgroupError{"no cgroup v2 entry in /proc/self/cgroup"};
+    if (!own) return Status::Error("no cgroup v2 entry in /proc/self/cgroup");
     fs::path parent = fs::path(kCgroupFs) / fs::path(*own).relative_path();
     // cgroup v2 forbids processes in a group that delegates controllers:
     // kboxd moves itself into a leaf of its own group first (as nsjail does).
@@ -102,15 +102,15 @@ boost::system::result<CgroupRoot, CgroupError> CgroupRoot::Create(const std::str
         ::rmdir(self.c_str());
         parent = kCgroupFs;
         if (!WriteValue(parent / "cgroup.subtree_control", "+memory +pids")) {
-          return CgroupError{"cgroup v2 at /sys/fs/cgroup" + *own +
-                             " does not delegate the memory and pids controllers to kboxd"};
+          return Status::Error("cgroup v2 at /sys/fs/cgroup" + *own +
+                               " does not delegate the memory and pids controllers to kboxd");
         }
       }
     }
     const fs::path base = parent / name;
     fs::create_directory(base, ec);
     if (ec || !WriteValue(base / "cgroup.subtree_control", "+memory +pids")) {
-      return CgroupError{"cannot create " + base.string() + ": " + ec.message()};
+      return Status::Error("cannot create " + base.string() + ": " + ec.message());
     }
     // The cpu controller is optional: without it cpu.max is not applied.
     root.cpu_ = WriteValue(parent / "cgroup.subtree_control", "+cpu") &&
@@ -134,11 +134,11 @@ boost::system::result<CgroupRoot, CgroupError> CgroupRoot::Create(const std::str
     const auto own = OwnCgroupPath(controller);
     const fs::path mount = fs::path(kCgroupFs) / controller;
     if (!own || !fs::exists(mount / "cgroup.procs", ec)) {
-      return CgroupError{std::string("no cgroup v1 ") + controller + " hierarchy at " + mount.string()};
+      return Status::Error(std::string("no cgroup v1 ") + controller + " hierarchy at " + mount.string());
     }
     const fs::path base = mount / fs::path(*own).relative_path() / name;
     fs::create_directories(base, ec);
-    if (ec) return CgroupError{"cannot create " + base.string() + ": " + ec.message()};
+    if (ec) return Status::Error("cannot create " + base.string() + ": " + ec.message());
     root.bases_.push_back(base);
   }
   root.version_ = 1;
@@ -164,8 +164,7 @@ std::string CgroupRoot::Describe() const {
   return freezer_bases_.empty() ? "cgroup v1 (memory, pids)" : "cgroup v1 (memory, pids, freezer)";
 }
 
-boost::system::result<JobCgroup, CgroupError> CgroupRoot::CreateJob(const std::string& name,
-                                                                    const CgroupLimits& limits) const {
+StatusOr<JobCgroup> CgroupRoot::CreateJob(const std::string& name, const CgroupLimits& limits) const {
   JobCgroup job;
   job.version_ = version_;
   job.freezer_bases_ = freezer_bases_;
@@ -173,7 +172,7 @@ boost::system::result<JobCgroup, CgroupError> CgroupRoot::CreateJob(const std::s
   for (const auto& base : bases_) {
     const fs::path dir = base / name;
     if (::mkdir(dir.c_str(), 0755) != 0) {
-      return CgroupError{"cannot create " + dir.string() + ": " + std::strerror(errno)};
+      return Status::Error("cannot create " + dir.string() + ": " + std::strerror(errno));
     }
     job.dirs_.push_back(dir);
   }
@@ -198,7 +197,7 @@ boost::system::result<JobCgroup, CgroupError> CgroupRoot::CreateJob(const std::s
          set(mem / "memory.memsw.limit_in_bytes", std::to_string(limits.memory_bytes), false) &&
          set(job.dirs_[1] / "pids.max", std::to_string(limits.pids), true);
   }
-  if (!ok) return CgroupError{"cannot set the limits of cgroup " + name};
+  if (!ok) return Status::Error("cannot set the limits of cgroup " + name);
   return job;
 }
 
@@ -219,19 +218,19 @@ JobCgroup::~JobCgroup() {
   for (const auto& dir : dirs_) RemoveWhenEmpty(dir);
 }
 
-boost::system::result<CandidateCgroupFiles, CgroupError> JobCgroup::AddCandidateGroup() {
+StatusOr<CandidateCgroupFiles> JobCgroup::AddCandidateGroup() {
   CandidateCgroupFiles files;
   files.version = version_;
-  const auto make = [&](const fs::path& dir) -> std::optional<CgroupError> {
+  const auto make = [&](const fs::path& dir) -> Status {
     if (::mkdir(dir.c_str(), 0755) != 0) {
-      return CgroupError{"cannot create " + dir.string() + ": " + std::strerror(errno)};
+      return Status::Error("cannot create " + dir.string() + ": " + std::strerror(errno));
     }
     candidate_dirs_.push_back(dir);
-    return std::nullopt;
+    return Status::Ok();
   };
   if (version_ == 2) {
     const fs::path dir = dirs_.at(0) / "candidate";
-    if (auto e = make(dir)) return *e;
+    if (Status made = make(dir); !made.ok()) return made;
     files.procs = {(dir / "cgroup.procs").string()};
     files.freeze = (dir / "cgroup.freeze").string();
     files.state = (dir / "cgroup.events").string();
@@ -239,16 +238,16 @@ boost::system::result<CandidateCgroupFiles, CgroupError> JobCgroup::AddCandidate
     files.threads = (dir / "cgroup.threads").string();
     return files;
   }
-  if (freezer_bases_.empty()) return CgroupError{"no cgroup v1 freezer hierarchy"};
+  if (freezer_bases_.empty()) return Status::Error("no cgroup v1 freezer hierarchy");
   const fs::path freezer = freezer_bases_[0] / (name_ + ".candidate");
-  if (auto e = make(freezer)) return *e;
+  if (Status made = make(freezer); !made.ok()) return made;
   files.procs = {(freezer / "cgroup.procs").string()};
   files.freeze = (freezer / "freezer.state").string();
   files.state = files.freeze;
   files.threads = (freezer / "tasks").string();
   if (freezer_bases_.size() > 1) {
     const fs::path cpuacct = freezer_bases_[1] / (name_ + ".candidate");
-    if (auto e = make(cpuacct)) return *e;
+    if (Status made = make(cpuacct); !made.ok()) return made;
     files.procs.push_back((cpuacct / "cgroup.procs").string());
     files.cpu = (cpuacct / "cpuacct.usage").string();
   }

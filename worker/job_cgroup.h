@@ -10,13 +10,9 @@
 #include <string>
 #include <vector>
 
-#include <boost/system/result.hpp>
+#include "policy/status.h"
 
 namespace kbox {
-
-struct CgroupError {
-  std::string message;
-};
 
 struct CgroupLimits {
   uint64_t memory_bytes = 16ull << 30;
@@ -46,7 +42,7 @@ class CgroupRoot {
  public:
   // Detects the host's cgroup version and creates the base group(s). Errors
   // say what the host does not delegate.
-  static boost::system::result<CgroupRoot, CgroupError> Create(const std::string& name);
+  static StatusOr<CgroupRoot> Create(const std::string& name);
 
   CgroupRoot(CgroupRoot&& other) noexcept;
   CgroupRoot(const CgroupRoot&) = delete;
@@ -62,8 +58,7 @@ class CgroupRoot {
 
   // A fresh group `name` with `limits`, removed (after killing what is left
   // in it) when the returned object is destroyed.
-  boost::system::result<JobCgroup, CgroupError> CreateJob(const std::string& name,
-                                                          const CgroupLimits& limits) const;
+  StatusOr<JobCgroup> CreateJob(const std::string& name, const CgroupLimits& limits) const;
 
  private:
   CgroupRoot() = default;
@@ -90,7 +85,7 @@ class JobCgroup {
 
   // Creates the candidate's group of a run stage (removed with this one);
   // an error where the host cannot freeze one.
-  boost::system::result<CandidateCgroupFiles, CgroupError> AddCandidateGroup();
+  StatusOr<CandidateCgroupFiles> AddCandidateGroup();
 
  private:
   friend class CgroupRoot;

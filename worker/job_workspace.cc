@@ -19,42 +19,43 @@ std::string ErrnoText(const std::string& what) { return what + ": " + std::strer
 
 }  // namespace
 
-boost::system::result<JobWorkspace, WorkspaceError> JobWorkspace::Create(
-    const fs::path& work_dir, const std::string& job_id, const std::string& reference_source,
-    const std::string& candidate_source, const WorkspaceOptions& options) {
+StatusOr<JobWorkspace> JobWorkspace::Create(const fs::path& work_dir, const std::string& job_id,
+                                            const std::string& reference_source,
+                                            const std::string& candidate_source,
+                                            const WorkspaceOptions& options) {
   std::error_code ec;
   const fs::path jobs = work_dir / "jobs";
   fs::create_directories(jobs, ec);
-  if (ec) return WorkspaceError{"cannot create " + jobs.string() + ": " + ec.message()};
+  if (ec) return Status::Error("cannot create " + jobs.string() + ": " + ec.message());
   // Searchable, not listable: a job reaches its own directory, never sees others'.
   ::chmod(jobs.c_str(), 0711);
   const fs::path root = jobs / job_id;
-  if (::mkdir(root.c_str(), 0755) != 0) return WorkspaceError{ErrnoText("cannot create " + root.string())};
+  if (::mkdir(root.c_str(), 0755) != 0) return Status::Error(ErrnoText("cannot create " + root.string()));
   JobWorkspace ws(root, job_id, options.keep);
   if (options.scratch_bytes > 0) {
     const std::string opts = "size=" + std::to_string(options.scratch_bytes) + ",mode=0755";
     if (::mount("tmpfs", root.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, opts.c_str()) != 0) {
-      return WorkspaceError{ErrnoText("cannot mount the job's scratch tmpfs on " + root.string())};
+      return Status::Error(ErrnoText("cannot mount the job's scratch tmpfs on " + root.string()));
     }
     ws.mounted_ = true;
   }
   if (::mkdir(ws.src_dir().c_str(), 0755) != 0) {
-    return WorkspaceError{ErrnoText("cannot create " + ws.src_dir().string())};
+    return Status::Error(ErrnoText("cannot create " + ws.src_dir().string()));
   }
   for (const char* dir : {"build", "home", "tmp", "triton"}) {
     const fs::path path = root / dir;
     // build/ is read by the run stage's judge (another uid): the libraries'
     // imports are checked before the candidate's process loads them.
     const mode_t mode = std::string(dir) == "build" ? 0755 : 0700;
-    if (::mkdir(path.c_str(), mode) != 0) return WorkspaceError{ErrnoText("cannot create " + path.string())};
+    if (::mkdir(path.c_str(), mode) != 0) return Status::Error(ErrnoText("cannot create " + path.string()));
     ::chmod(path.c_str(), mode);  // Past the umask.
     if (options.owner_uid &&
         ::chown(path.c_str(), *options.owner_uid, options.owner_gid.value_or(0)) != 0) {
-      return WorkspaceError{ErrnoText("cannot chown " + path.string())};
+      return Status::Error(ErrnoText("cannot chown " + path.string()));
     }
   }
-  if (Status e = ws.WriteFile("reference.py", reference_source); !e.ok()) return WorkspaceError{e.message()};
-  if (Status e = ws.WriteFile("candidate.py", candidate_source); !e.ok()) return WorkspaceError{e.message()};
+  if (Status e = ws.WriteFile("reference.py", reference_source); !e.ok()) return Status::Error(e.message());
+  if (Status e = ws.WriteFile("candidate.py", candidate_source); !e.ok()) return Status::Error(e.message());
   return ws;
 }
 
@@ -79,20 +80,19 @@ JobWorkspace::~JobWorkspace() {
   ::rmdir(root_.c_str());
 }
 
-boost::system::result<fs::path, WorkspaceError> JobWorkspace::CreateJudgeDir(
-    std::optional<uid_t> uid, std::optional<gid_t> gid) const {
+StatusOr<fs::path> JobWorkspace::CreateJudgeDir(std::optional<uid_t> uid, std::optional<gid_t> gid) const {
   for (int n = 1; n <= 1000; ++n) {
     const fs::path dir = root_ / ("judge-" + std::to_string(n));
     if (::mkdir(dir.c_str(), 0700) != 0) {
       if (errno == EEXIST) continue;
-      return WorkspaceError{ErrnoText("cannot create " + dir.string())};
+      return Status::Error(ErrnoText("cannot create " + dir.string()));
     }
     if (uid && ::chown(dir.c_str(), *uid, gid.value_or(0)) != 0) {
-      return WorkspaceError{ErrnoText("cannot chown " + dir.string())};
+      return Status::Error(ErrnoText("cannot chown " + dir.string()));
     }
-    return boost::system::result<fs::path, WorkspaceError>(boost::system::in_place_value, dir);
+    return StatusOr<fs::path>(boost::system::in_place_value, dir);
   }
-  return WorkspaceError{"too many run stages in " + root_.string()};
+  return Status::Error("too many run stages in " + root_.string());
 }
 
 Status JobWorkspace::WriteFile(const std::string& name, const std::string& content) const {

@@ -19,7 +19,6 @@
 
 #include <sys/types.h>
 
-#include <boost/system/result.hpp>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -28,10 +27,6 @@
 #include "policy/status.h"
 
 namespace kbox {
-
-struct WorkspaceError {
-  std::string message;
-};
 
 struct WorkspaceOptions {
   bool keep = false;  // Leave the directory behind (debugging).
@@ -45,10 +40,10 @@ struct WorkspaceOptions {
 
 class JobWorkspace {
  public:
-  static boost::system::result<JobWorkspace, WorkspaceError> Create(
-      const std::filesystem::path& work_dir, const std::string& job_id,
-      const std::string& reference_source, const std::string& candidate_source,
-      const WorkspaceOptions& options = {});
+  static StatusOr<JobWorkspace> Create(const std::filesystem::path& work_dir, const std::string& job_id,
+                                       const std::string& reference_source,
+                                       const std::string& candidate_source,
+                                       const WorkspaceOptions& options = {});
 
   JobWorkspace(JobWorkspace&& other) noexcept;
   JobWorkspace& operator=(JobWorkspace&&) = delete;
@@ -76,8 +71,7 @@ class JobWorkspace {
   // A fresh directory for one run stage's judge (judge-1, judge-2, ...):
   // made by kboxd in the job's root, which no stage can write, so nothing a
   // job did can have made or replaced it; 0700, owned by uid/gid when given.
-  boost::system::result<std::filesystem::path, WorkspaceError> CreateJudgeDir(
-      std::optional<uid_t> uid, std::optional<gid_t> gid) const;
+  StatusOr<std::filesystem::path> CreateJudgeDir(std::optional<uid_t> uid, std::optional<gid_t> gid) const;
 
   // Whether a tmpfs caps the job's disk use.
   bool scratch_capped() const { return mounted_; }

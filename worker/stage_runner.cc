@@ -352,7 +352,7 @@ std::optional<JobCgroup> StageRunner::CreateStageCgroup(const JobWorkspace& ws, 
   const std::string name = ws.job_id() + (stage == v1::STAGE_COMPILE ? "-compile" : "-run");
   auto created = sandbox_->cgroups->CreateJob(name, sandbox_->limits);
   if (!created) {
-    error = created.error().message;
+    error = created.error().message();
     return std::nullopt;
   }
   return std::move(*created);
@@ -374,7 +374,7 @@ StageOutcome StageRunner::Run(const JobWorkspace& ws, const v1::StageSpec& given
           sandbox_ ? std::optional<uid_t>(sandbox_->judge_uid) : std::nullopt,
           sandbox_ ? std::optional<gid_t>(sandbox_->judge_gid) : std::nullopt);
       if (!dir) {
-        outcome.process.spawn_error = dir.error().message;
+        outcome.process.spawn_error = dir.error().message();
         return outcome;
       }
       placement.judge_dir = *dir;
@@ -405,7 +405,7 @@ StageOutcome StageRunner::Run(const JobWorkspace& ws, const v1::StageSpec& given
   if (run_stage && cgroup && sandbox_->cgroups->CanFreeze()) {
     auto files = cgroup->AddCandidateGroup();
     if (!files) {
-      outcome.process.spawn_error = files.error().message;
+      outcome.process.spawn_error = files.error().message();
       return outcome;
     }
     candidate_cgroup = std::move(*files);

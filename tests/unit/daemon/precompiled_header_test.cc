@@ -21,7 +21,7 @@ ProcessOutcome Exited(int code, const std::string& output) {
 TEST(PrecompiledHeaderTest, ParsesTheDirectoryFromTheLastLine) {
   const auto built = ParsePrecompiledHeaderBuild(
       Exited(0, "No CUDA runtime is found\n{\"dir\": \"/w/pch/0123abcd\"}\n"), "/w/pch");
-  ASSERT_TRUE(built) << built.error().message;
+  ASSERT_TRUE(built) << built.error().message();
   EXPECT_EQ(*built, "/w/pch/0123abcd");
 }
 
@@ -29,7 +29,7 @@ TEST(PrecompiledHeaderTest, ReportsTheBuildersError) {
   const auto built = ParsePrecompiledHeaderBuild(
       Exited(1, "{\"error\": \"RuntimeError: O2: exit 1: no space\"}\n"), "/w/pch");
   ASSERT_FALSE(built);
-  EXPECT_EQ(built.error().message, "kbox_pch.py: RuntimeError: O2: exit 1: no space");
+  EXPECT_EQ(built.error().message(), "kbox_pch.py: RuntimeError: O2: exit 1: no space");
 }
 
 TEST(PrecompiledHeaderTest, RefusesAFailedRunOrNoAnswer) {

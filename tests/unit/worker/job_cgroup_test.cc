@@ -35,11 +35,11 @@ std::vector<fs::path> Dirs(const JobCgroup& job) {
 // skipped elsewhere. Every stage keeps the kernel's cpu.weight (100).
 TEST(JobCgroupTest, LimitsAreWritten) {
   auto root = CgroupRoot::Create("kbox-cgroup-test-" + std::to_string(::getpid()));
-  if (!root) GTEST_SKIP() << "no cgroups to write here: " << root.error().message;
+  if (!root) GTEST_SKIP() << "no cgroups to write here: " << root.error().message();
   const std::string described = root->Describe();
   const CgroupLimits limits{.memory_bytes = 512ull << 20, .pids = 128, .cpu_cores = 0};
   auto group = root->CreateJob("stage", limits);
-  ASSERT_TRUE(group) << group.error().message;
+  ASSERT_TRUE(group) << group.error().message();
   const auto dirs = Dirs(*group);
   if (described.rfind("cgroup v2", 0) == 0) {
     ASSERT_EQ(dirs.size(), 1u);

@@ -42,7 +42,7 @@ WorkspaceOptions Options(Edit edit) {
 TEST(JobWorkspaceTest, CreatesPrivateDirectoriesAndSources) {
   TempDir tmp;
   auto ws = JobWorkspace::Create(tmp.path(), "job1", "ref source", "cand source");
-  ASSERT_TRUE(ws) << ws.error().message;
+  ASSERT_TRUE(ws) << ws.error().message();
   EXPECT_EQ(ws->root(), tmp.path() / "jobs" / "job1");
   EXPECT_EQ(ws->job_id(), "job1");
   for (const fs::path& dir : {ws->build_dir(), ws->home_dir(), ws->tmp_dir(), ws->triton_dir()}) {
@@ -69,7 +69,7 @@ TEST(JobWorkspaceTest, WritableDirectoriesBelongToTheGivenOwner) {
                                    o.owner_uid = 65534;
                                    o.owner_gid = 65534;
                                  }));
-  ASSERT_TRUE(ws) << ws.error().message;
+  ASSERT_TRUE(ws) << ws.error().message();
   struct stat st {};
   ASSERT_EQ(::stat(ws->build_dir().c_str(), &st), 0);
   EXPECT_EQ(st.st_uid, 65534u);
@@ -86,7 +86,7 @@ TEST(JobWorkspaceTest, ScratchTmpfsCapsDiskUse) {
   {
     auto ws = JobWorkspace::Create(tmp.path(), "job", "r", "c",
                                    Options([](WorkspaceOptions& o) { o.scratch_bytes = 1 << 20; }));
-    ASSERT_TRUE(ws) << ws.error().message;
+    ASSERT_TRUE(ws) << ws.error().message();
     EXPECT_TRUE(ws->scratch_capped());
     root = ws->root();
     std::ofstream out(ws->home_dir() / "fill.bin", std::ios::binary);
@@ -105,7 +105,7 @@ TEST(JobWorkspaceTest, RefusesExistingJobDirectoryAndLeavesItAlone) {
   {
     auto second = JobWorkspace::Create(tmp.path(), "same", "r2", "c2");
     ASSERT_FALSE(second);
-    EXPECT_NE(second.error().message.find("same"), std::string::npos) << second.error().message;
+    EXPECT_NE(second.error().message().find("same"), std::string::npos) << second.error().message();
   }
   // The failed attempt must not have removed or rewritten the first job's files.
   EXPECT_EQ(ReadAll(first->reference_path()), "r");
@@ -200,7 +200,7 @@ TEST(JobWorkspaceTest, MovedFromWorkspaceDoesNotRemoveTree) {
 TEST(JobWorkspaceTest, JudgeDirectoriesAreFreshAndPrivate) {
   TempDir tmp;
   auto ws = JobWorkspace::Create(tmp.path(), "job2", "r", "c");
-  ASSERT_TRUE(ws) << ws.error().message;
+  ASSERT_TRUE(ws) << ws.error().message();
   // Something already named like the first (kboxd never makes it: a stage
   // cannot write the job's root, but the name must not be reused either way).
   fs::create_directory(ws->root() / "judge-1");

@@ -154,7 +154,7 @@ class StageRunnerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     auto ws = JobWorkspace::Create(tmp_.path(), "job", "ref", "cand");
-    ASSERT_TRUE(ws) << ws.error().message;
+    ASSERT_TRUE(ws) << ws.error().message();
     ws_.emplace(std::move(*ws));
   }
 
