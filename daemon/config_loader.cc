@@ -32,6 +32,18 @@ class CollectingErrors : public google::protobuf::io::ErrorCollector {
   std::string text;
 };
 
+// The section of DaemonConfig that holds a setting named `name`, or "" when
+// none does: a config written before the sections names its settings at the
+// top level, and the error then says where each one goes.
+std::string SectionOf(const std::string& name) {
+  const google::protobuf::Descriptor* top = v1::DaemonConfig::descriptor();
+  for (int i = 0; i < top->field_count(); ++i) {
+    const google::protobuf::Descriptor* section = top->field(i)->message_type();
+    if (section != nullptr && section->FindFieldByName(name) != nullptr) return top->field(i)->name();
+  }
+  return "";
+}
+
 }  // namespace
 
 boost::system::result<v1::DaemonConfig, FieldError> ParseConfigText(const std::string& text) {
@@ -40,7 +52,17 @@ boost::system::result<v1::DaemonConfig, FieldError> ParseConfigText(const std::s
   CollectingErrors errors;
   parser.RecordErrorsTo(&errors);
   if (!parser.ParseFromString(text, &config)) {
-    return FieldError{"config", errors.text.empty() ? "cannot parse" : errors.text};
+    std::string message = errors.text.empty() ? "cannot parse" : errors.text;
+    const std::string marker = "Message type \"kbox.v1.DaemonConfig\" has no field named \"";
+    if (const auto at = message.find(marker); at != std::string::npos) {
+      const auto start = at + marker.size();
+      const std::string name = message.substr(start, message.find('"', start) - start);
+      if (const std::string section = SectionOf(name); !section.empty()) {
+        if (message.ends_with('.')) message.pop_back();
+        message += "; settings live in sections: this one is " + section + " { " + name + ": ... }";
+      }
+    }
+    return FieldError{"config", message};
   }
   return config;
 }
