@@ -8,13 +8,10 @@
 #include "daemon/result_mapper.h"
 #include "daemon/static_verdicts.h"
 #include "policy/request_policy.h"
+#include "worker/elapsed.h"
 
 namespace kbox {
 namespace {
-
-double MsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-}
 
 // Statuses a job may end with at its compile, as a compile node reports
 // them. INFRA_ERROR is kbox's own failure there (the run node builds

@@ -16,6 +16,7 @@
 #include "daemon/static_verdicts.h"
 #include "daemon/version.h"
 #include "policy/request_policy.h"
+#include "worker/elapsed.h"
 
 namespace kbox {
 namespace {
@@ -30,11 +31,6 @@ constexpr auto kDeviceProbeLimit = std::chrono::seconds(120);
 // A compile worker's zygote (preforked_compile_stage): metrics read the
 // "compile" prefix (DeviceOfSlot).
 std::string CompileZygoteSlot(uint32_t worker) { return "compile" + std::to_string(worker); }
-
-double MsBetween(Evaluator::Clock::time_point a, Evaluator::Clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
-
 
 std::string ArchList(const HostInfo& host, const std::vector<uint32_t>& gpus) {
   std::vector<std::string> archs;

@@ -18,16 +18,9 @@
 #include "daemon/static_verdicts.h"
 #include "policy/request_policy.h"
 #include "worker/build_cache/build_cache.h"
+#include "worker/elapsed.h"
 
 namespace kbox {
-namespace {
-
-double MsBetween(Evaluator::Clock::time_point a, Evaluator::Clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
-
-}  // namespace
-
 void Evaluator::RunJob(const v1::EvaluateRequest& request, const v1::EffectiveSettings& settings,
                        const static_check::AnticheatProfile& anticheat, const std::string& tenant,
                        const std::string& workspace, JobCancel& cancel, v1::EvaluateResult& result,
@@ -70,13 +63,12 @@ bool Evaluator::PrepareWorkspace(JobRun& job, const std::string& workspace) {
     return false;
   }
   job.workspace.emplace(std::move(*ws));
-  job.gpu_backend = job.settings.backend() != v1::BACKEND_CPU;
-  job.compile_arch = job.gpu_backend ? cuda_arch_list_ : "";
   return true;
 }
 
 bool Evaluator::CompileOrRestore(JobRun& job) {
   auto* durations = job.result.mutable_durations();
+  job.compile_arch = job.gpu_backend() ? cuda_arch_list_ : "";
   // The build cache (docs/build-cache.md): a verified build of the same
   // inputs replaces the compile stage. Jobs with the same key wait in
   // Acquire while one of them compiles (never holding a compile slot).
@@ -171,10 +163,10 @@ bool Evaluator::RunOnDevice(JobRun& job) {
   v1::EvaluateResult& result = job.result;
   auto* durations = result.mutable_durations();
   const auto queued = Clock::now();
-  SlotPool& lanes = job.gpu_backend ? gpu_slots_ : cpu_slots_;
-  DeviceTurns& turns = job.gpu_backend ? gpu_turns_ : cpu_turns_;
+  SlotPool& lanes = job.gpu_backend() ? gpu_slots_ : cpu_slots_;
+  DeviceTurns& turns = job.gpu_backend() ? gpu_turns_ : cpu_turns_;
   const StageTurn::Settings turn_settings{
-      .stages_ahead = RunStagesAhead(config_, job.gpu_backend),
+      .stages_ahead = RunStagesAhead(config_, job.gpu_backend()),
       .set_up_limit = std::chrono::seconds(config_.limits().run_set_up_limit_s()),
       .max_time_limit = std::chrono::seconds(config_.limits().max_time_limit_s()),
       .judge_uid = sandbox_.settings ? std::optional<uid_t>(sandbox_.settings->judge_uid) : std::nullopt,
@@ -188,8 +180,8 @@ bool Evaluator::RunOnDevice(JobRun& job) {
     job.trace.queued = true;
     if (job.Stopped(stop_starting_)) return false;
     const uint32_t slot = device->slot();
-    const std::optional<uint32_t> gpu = job.gpu_backend ? std::optional<uint32_t>(slot) : std::nullopt;
-    const std::string device_name = (job.gpu_backend ? "gpu" : "cpu") + std::to_string(slot);
+    const std::optional<uint32_t> gpu = job.gpu_backend() ? std::optional<uint32_t>(slot) : std::nullopt;
+    const std::string device_name = (job.gpu_backend() ? "gpu" : "cpu") + std::to_string(slot);
     const LaneName lane = TakeLane(device_name);
     StagePlacement placement;
     placement.cancel = &job.cancel.stop;

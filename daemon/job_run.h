@@ -44,12 +44,13 @@ struct JobRun {
   // The job's directory; absent until PrepareWorkspace.
   std::optional<JobWorkspace> workspace{};
   WorkspaceOptions workspace_options{};
-  bool gpu_backend = false;
-  std::string compile_arch{};  // TORCH_CUDA_ARCH_LIST of the build ("" on the CPU).
-  std::string output{};      // The stages' output tail, compile then run.
-  bool began = false;        // A compile or run stage started (a drain no longer holds it back).
-  StageOutcome ran{};        // The run stage's outcome.
-  std::string reference_key{};// The reference cache's key offered to the run stage ("": none).
+  std::string compile_arch{};   // TORCH_CUDA_ARCH_LIST of the build ("" on the CPU).
+  std::string output{};         // The stages' output tail, compile then run.
+  bool began = false;           // A compile or run stage started (a drain no longer holds it back).
+  StageOutcome ran{};           // The run stage's outcome.
+  std::string reference_key{};  // The reference cache's key offered to the run stage ("": none).
+
+  bool gpu_backend() const { return settings.backend() != v1::BACKEND_CPU; }
 
   // kboxd ends the job itself: INFRA_ERROR, `message`, `cause` for the
   // metrics and the retry rule (failure_cause.h).

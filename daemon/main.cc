@@ -192,7 +192,7 @@ int main(int argc, char** argv) {
 
   std::error_code ec;
   fs::create_directories(config.store().work_dir(), ec);
-  if (ec) return Fail("cannot create work_dir " + config.store().work_dir() + ": " + ec.message());
+  if (ec) return Fail("cannot create store.work_dir " + config.store().work_dir() + ": " + ec.message());
 
   // A kboxd killed mid-job (SIGKILL, an OOM kill) leaves its jobs'
   // directories behind, each with its scratch tmpfs still mounted: a restart
@@ -221,14 +221,14 @@ int main(int argc, char** argv) {
   for (uint32_t g : gpus) {
     const auto& seen = host->probe.gpus();
     if (std::none_of(seen.begin(), seen.end(), [g](const auto& info) { return info.index() == g; })) {
-      return Fail("config gpus: GPU " + std::to_string(g) + " is not visible to the workers");
+      return Fail("config scheduling.gpus: GPU " + std::to_string(g) + " is not visible to the workers");
     }
   }
   const auto backends =
       ServedBackends(config, *host, compile_role ? !host->probe.cuda_version().empty() : !gpus.empty());
   for (auto b : backends) {
     if (b != kbox::v1::BACKEND_CPU && gpus.empty() && !compile_role) {
-      return Fail("config backends: " + kbox::v1::Backend_Name(b) + " needs a GPU; none found");
+      return Fail("config scheduling.backends: " + kbox::v1::Backend_Name(b) + " needs a GPU; none found");
     }
   }
 
@@ -264,7 +264,7 @@ int main(int argc, char** argv) {
     options.on_corrupt = [&metrics] { metrics.RecordBuildCacheCorruptEntry(); };
     options.on_size = [&metrics](uint64_t bytes) { metrics.SetBuildCacheBytes(bytes); };
     auto opened = kbox::BuildCache::Open(std::move(options));
-    if (!opened) return Fail("config build_cache_dir: " + opened.error());
+    if (!opened) return Fail("config caches.build_cache_dir: " + opened.error());
     build_cache = std::move(*opened);
     const auto stats = build_cache->stats();
     std::cerr << "kboxd: build cache " << config.caches().build_cache_dir() << ": " << stats.entries
@@ -283,7 +283,7 @@ int main(int argc, char** argv) {
     if (!config.scheduling().compile_token_file().empty()) {
       std::ifstream in(config.scheduling().compile_token_file());
       if (!in || !std::getline(in, token) || token.empty()) {
-        return Fail("config compile_token_file: cannot read a token from " +
+        return Fail("config scheduling.compile_token_file: cannot read a token from " +
                     config.scheduling().compile_token_file());
       }
     }
@@ -312,7 +312,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<kbox::JobJournal> journal;
   if (!config.store().job_store_dir().empty()) {
     auto opened = kbox::JobJournal::Open(config.store().job_store_dir());
-    if (!opened) return Fail("config job_store_dir: " + opened.error());
+    if (!opened) return Fail("config store.job_store_dir: " + opened.error());
     journal = std::move(*opened);
   } else {
     std::cerr << "kboxd: job journal off (no job_store_dir): a restart loses queued jobs and results"

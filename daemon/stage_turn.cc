@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "policy/status.h"
+#include "worker/elapsed.h"
 
 namespace kbox {
 namespace {
@@ -11,10 +12,6 @@ namespace {
 // A TurnGate timestamp (steady clock nanoseconds) as a time point.
 StageTurn::Clock::time_point AtNs(int64_t ns) {
   return StageTurn::Clock::time_point(std::chrono::nanoseconds(ns));
-}
-
-double MsBetween(StageTurn::Clock::time_point a, StageTurn::Clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
 }  // namespace
@@ -39,22 +36,28 @@ Status StageTurn::NewJudgeDir(StagePlacement& placement) {
 Status StageTurn::Prepare(v1::StageSpec& spec, StagePlacement& placement) {
   if (Status made = NewJudgeDir(placement); !made.ok()) return made;
   if (settings_.stages_ahead == 0) return Status::Ok();
+  if (Status opened = OpenGate(spec, placement); !opened.ok()) return opened;
+  spec.set_hand_over_turn(true);
+  placement.set_up_limit = settings_.set_up_limit;
+  // Each stage ahead may run to the longest time limit, plus its probe.
+  placement.turn_wait_limit = (settings_.max_time_limit + std::chrono::seconds(60)) * settings_.stages_ahead;
+  placement.pausable = pausable_.get();
+  return Status::Ok();
+}
+
+Status StageTurn::OpenGate(v1::StageSpec& spec, StagePlacement& placement) {
   gate_ = std::make_unique<TurnGate>();
   if (Status opened = gate_->Open(turn_path_, settings_.judge_uid, settings_.judge_gid); !opened.ok()) {
     return opened;
   }
   spec.set_device_turn_path(turn_path_.string());
   spec.set_device_notes_path(notes_path_.string());
-  spec.set_hand_over_turn(true);
+  // time_limit_s is the candidate's: it counts from the turn and once the
+  // judge's set-up is over, which has its own limit (a busy host's slow
+  // start).
   placement.turn_granted_ns = gate_->granted_ns();
-  // time_limit_s is the candidate's: it counts once the judge's set-up is
-  // over too, which has its own limit (a busy host's slow start).
   placement.set_up_done_ns = gate_->set_up_done_ns();
   placement.turn_due_ns = gate_->due_ns();
-  placement.set_up_limit = settings_.set_up_limit;
-  // Each stage ahead may run to the longest time limit, plus its probe.
-  placement.turn_wait_limit = (settings_.max_time_limit + std::chrono::seconds(60)) * settings_.stages_ahead;
-  placement.pausable = pausable_.get();
   return Status::Ok();
 }
 
@@ -121,18 +124,10 @@ Status StageTurn::RunAgainHoldingTheTurn(v1::StageSpec& spec, StagePlacement& pl
   // The old gate goes first, unlinking what is left of its own FIFOs.
   gate_.reset();
   if (Status made = NewJudgeDir(placement); !made.ok()) return made;
-  gate_ = std::make_unique<TurnGate>();
-  spec.set_device_turn_path(turn_path_.string());
-  spec.set_device_notes_path(notes_path_.string());
-  if (Status opened = gate_->Open(turn_path_, settings_.judge_uid, settings_.judge_gid); !opened.ok()) {
-    return opened;
-  }
+  if (Status opened = OpenGate(spec, placement); !opened.ok()) return opened;
+  // Given at once: the limit counts from this run's set-up's end.
   gate_->Give();
   if (Status opened = OpenNotes(); !opened.ok()) return opened;
-  // Given at once: the limit counts from this run's set-up's end.
-  placement.turn_granted_ns = gate_->granted_ns();
-  placement.set_up_done_ns = gate_->set_up_done_ns();
-  placement.turn_due_ns = gate_->due_ns();
   placement.run_again = true;
   spec.set_run_again(true);
   return Status::Ok();

@@ -89,6 +89,9 @@ class StageTurn {
 
  private:
   Status NewJudgeDir(StagePlacement& placement);
+  // A new gate in the judge's directory, its FIFOs named in the spec and
+  // its clocks in the placement.
+  Status OpenGate(v1::StageSpec& spec, StagePlacement& placement);
   Status OpenNotes();
 
   JobWorkspace& workspace_;

@@ -4,6 +4,7 @@
 
 #include "daemon/result_mapper.h"
 #include "policy/static_check/rule_catalog.h"
+#include "worker/elapsed.h"
 
 namespace kbox {
 namespace {
@@ -38,8 +39,7 @@ StaticPhase RunStaticCheck(const static_check::CheckInput& input,
   }
   const auto start = std::chrono::steady_clock::now();
   phase.report = static_check::Check(input, profile);
-  phase.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-                 .count();
+  phase.ms = MsSince(start);
   phase.ran = true;
   return phase;
 }

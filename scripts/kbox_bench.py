@@ -115,24 +115,11 @@ def split_cpus(compile_cores):
     return cpus[:-compile_cores], cpus[-compile_cores:]
 
 
-def scrape_tier(server):
-    """{served|remote: {outcome: count}} and the compile stages' CPU-s from
-    `server`'s /metrics (TIER_COUNTERS)."""
-    text = http(server, "/metrics", timeout=10)
-    out = {}
-    for key, name in TIER_COUNTERS.items():
-        out[key] = {o: float(v) for o, v in re.findall(
-            r'^%s\{[^}]*outcome="(\w+)"[^}]*\} ([0-9.e+]+)$' % name, text, flags=re.M)}
-    found = re.findall(r'^kbox_stage_cpu_seconds_total\{[^}]*stage="compile"[^}]*\} ([0-9.e+]+)$', text,
-                       flags=re.M)
-    out["compile_cpu_s"] = sum(float(v) for v in found)
-    return out
-
-
 def diff_tier(before, after):
-    """after - before for scrape_tier's figures."""
+    """after - before of two scrapes' compile-tier figures: the TIER_COUNTERS
+    by outcome and the compile stages' CPU-s (absent counts 0)."""
     out = {k: {o: after[k].get(o, 0.0) - before[k].get(o, 0.0) for o in after[k]} for k in TIER_COUNTERS}
-    out["compile_cpu_s"] = after["compile_cpu_s"] - before["compile_cpu_s"]
+    out["compile_cpu_s"] = (after["compile_cpu_s"] or 0.0) - (before["compile_cpu_s"] or 0.0)
     return out
 
 
@@ -142,7 +129,9 @@ def diff_metrics(before, after):
 
 
 def scrape(server):
-    """METRICS' values and the queue depths (by queue name), None where absent."""
+    """METRICS' values, the stages' CPU-s, the set-up pauses, the queue depths
+    (by queue name; None where absent) and the compile tier's counters by
+    outcome (TIER_COUNTERS)."""
     text = http(server, "/metrics", timeout=10)
     out = {}
     for name in METRICS:
@@ -159,6 +148,9 @@ def scrape(server):
     for q in QUEUES:
         m = re.search(r'^kbox_queue_depth\{[^}]*queue="%s"[^}]*\} ([0-9.e+]+)$' % q, text, flags=re.M)
         out[q] = float(m.group(1)) if m else None
+    for key, name in TIER_COUNTERS.items():
+        out[key] = {o: float(v) for o, v in re.findall(
+            r'^%s\{[^}]*outcome="(\w+)"[^}]*\} ([0-9.e+]+)$' % name, text, flags=re.M)}
     return out
 
 
@@ -709,7 +701,7 @@ def main():
     try:
         info = http(server, "/v1/info")
         before = scrape(server)
-        tier_before = (scrape_tier(tier[1]), scrape_tier(server)) if tier else None
+        tier_before = scrape(tier[1]) if tier else None
         request_of = lambda job: {"reference_source": job["reference_source"],  # noqa: E731
                                   "candidate_source": job["candidate_source"],
                                   "backend": "BACKEND_" + args.backend.upper(), "correctness_trials": 5}
@@ -721,7 +713,9 @@ def main():
             after = {k: None for k in METRICS}
         tier_figures = None
         if tier:
-            built, ran = diff_tier(tier_before[0], scrape_tier(tier[1])), diff_tier(tier_before[1], scrape_tier(server))
+            built = diff_tier(tier_before, scrape(tier[1]))
+            # A run node whose last scrape failed is counted as having made nothing.
+            ran = diff_tier(before, after if "remote" in after else before)
             tier_figures = {"cores": len(tier[4]), "run_node_cores": len(run_cpus), "served": built["served"],
                             "compile_cpu_s": built["compile_cpu_s"], "run_node_builds": ran["remote"],
                             "run_node_compile_cpu_s": ran["compile_cpu_s"]}

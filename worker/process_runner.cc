@@ -3,9 +3,9 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/syscall.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "worker/elapsed.h"
 #include "worker/process_supervision.h"
 #include "worker/unique_fd.h"
 
@@ -35,10 +36,6 @@ bool MakePipe(Fd& read_end, Fd& write_end) {
   read_end = Fd(::fcntl(r.get(), F_DUPFD_CLOEXEC, kHighFd));
   write_end = Fd(::fcntl(w.get(), F_DUPFD_CLOEXEC, kHighFd));
   return read_end.get() >= 0 && write_end.get() >= 0;
-}
-
-double MsSince(Clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
 // Tells the parent why the child could not exec, then exits.

@@ -217,7 +217,7 @@ def test_the_compile_tiers_counters_are_read_by_outcome_and_differenced(monkeypa
         'kbox_stage_cpu_seconds_total{backend="cuda",stage="compile"} 120.5\n',
     ])
     monkeypatch.setattr(bench, "http", lambda server, path, timeout=90: next(pages))
-    before, after = bench.scrape_tier("x"), bench.scrape_tier("x")
+    before, after = bench.scrape("x"), bench.scrape("x")
     assert before["compile_cpu_s"] == 40.5
     diff = bench.diff_tier(before, after)
     assert diff["served"] == {"built": 3.0, "cached": 1.0}

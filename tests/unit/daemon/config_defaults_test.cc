@@ -95,14 +95,10 @@ TEST(ConfigDefaultsTest, EveryDefaultACommentStatesIsTheLoadersDefault) {
     }
   }
   int checked = 0;
-  for (const auto& [default_, section_message] : stated) {
-    const std::string& name = default_.field;
-    const std::string& value = default_.value;
-    const pb::Message& section = *section_message;
-    const pb::Message* applied = &section;
-    const pb::Descriptor* descriptor = section.GetDescriptor();
-    const pb::Reflection* reflection = section.GetReflection();
-    const pb::FieldDescriptor* field = descriptor->FindFieldByName(name);
+  for (const auto& [stated_default, applied] : stated) {
+    const auto& [name, value] = stated_default;
+    const pb::Reflection* reflection = applied->GetReflection();
+    const pb::FieldDescriptor* field = applied->GetDescriptor()->FindFieldByName(name);
     ASSERT_NE(field, nullptr) << name;
     if (field->is_repeated()) continue;
     // A default built from other settings ("$TMPDIR/kbox-<pid>",
